@@ -1,0 +1,226 @@
+"""Onlooker's settings: everything comes from the environment, and a bad value stops the start.
+
+Embedded default (nothing set): SQLite in the data directory (WAL), the in-memory channel
+layer, DEBUG on, a generated secret key kept in the data directory. Production: set
+DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and ONLOOKER_PUBLIC_URL.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value == "":
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_url(name: str, default: str) -> str:
+    value = os.environ.get(name, "").strip() or default
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name} must be an http(s) URL such as {default}, not {value!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ImproperlyConfigured(f"{name} must not carry a query or fragment: {value!r}")
+    return value.rstrip("/")
+
+
+DATA_DIR = Path(os.environ.get("ONLOOKER_DATA_DIR", "").strip() or BASE_DIR / "data")
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+
+# The embedded default is for one machine, so it starts in DEBUG; anything with its own
+# database is treated as a deployment unless DEBUG says otherwise.
+DEBUG = env_bool("DEBUG", default=not DATABASE_URL)
+
+
+def _secret_key() -> str:
+    key = os.environ.get("SECRET_KEY", "").strip()
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set and DEBUG is off. Set SECRET_KEY to a long random value "
+            '(python -c "import secrets; print(secrets.token_urlsafe(50))").'
+        )
+    key_file = DATA_DIR / "secret_key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    return key
+
+
+SECRET_KEY = _secret_key()
+
+ONLOOKER_PUBLIC_URL = env_url("ONLOOKER_PUBLIC_URL", "http://127.0.0.1:8000")
+ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
+
+_public_host = urlsplit(ONLOOKER_PUBLIC_URL).hostname or "localhost"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", sorted({_public_host, "localhost", "127.0.0.1", "[::1]"}))
+CSRF_TRUSTED_ORIGINS = [ONLOOKER_PUBLIC_URL]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "tasks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "tasks.middleware.content_security_policy",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+ASGI_APPLICATION = "dashboard.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    if not DATABASE_URL:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "onlooker.sqlite3",
+            "OPTIONS": {
+                # WAL lets pages read while a push is being written; IMMEDIATE takes the write
+                # lock at BEGIN so two writers queue instead of failing mid-transaction.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+        }
+    try:
+        config = dj_database_url.parse(DATABASE_URL)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
+    if config.get("ENGINE") not in (
+        "django.db.backends.postgresql",
+        "django.db.backends.sqlite3",
+    ):
+        raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
+    # Persistent connections leak under ASGI (each request may run on another thread).
+    config["CONN_MAX_AGE"] = 0
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def _channel_layers() -> dict:
+    if not REDIS_URL:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    if urlsplit(REDIS_URL).scheme not in ("redis", "rediss", "unix"):
+        raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL, not {REDIS_URL!r}")
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "onlooker"},
+        }
+    }
+
+
+CHANNEL_LAYERS = _channel_layers()
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+_https = ONLOOKER_PUBLIC_URL.startswith("https://")
+SESSION_COOKIE_SECURE = _https
+CSRF_COOKIE_SECURE = _https
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"tasks": {"handlers": ["console"], "level": "INFO"}},
+}
+
+# Pushes have their own limit (checked in the receiver); Django's must not refuse them first.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, ONLOOKER_MAX_PUSH_BYTES)

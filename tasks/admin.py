@@ -1,0 +1,188 @@
+"""Admin: register agents (secrets shown once), rotate signing secrets, see refusals and
+the delivery log. Secret fields are never rendered."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.models import Group
+from django.template.response import TemplateResponse
+
+from tasks import agents
+from tasks.models import (
+    Agent,
+    Artifact,
+    Delivery,
+    Interaction,
+    Message,
+    PushEndpoint,
+    Refusal,
+    Session,
+    Task,
+)
+
+
+class RegisterAgentForm(forms.Form):
+    card_url = forms.URLField(label="Agent URL or card URL", assume_scheme="https")
+    name = forms.CharField(required=False, help_text="Default: the name on its card")
+    team = forms.ModelChoiceField(Group.objects.all(), required=False, help_text="None: everyone")
+    generate_signing_secret = forms.BooleanField(
+        required=False, initial=True, help_text="The agent signs its pushes (Standard Webhooks)"
+    )
+    credential = forms.CharField(
+        required=False, help_text='Authorization for calls to the agent, e.g. "Bearer …"'
+    )
+
+
+class RefusalInline(admin.TabularInline):
+    model = Refusal
+    extra = 0
+    can_delete = False
+    readonly_fields = ("reason", "count", "last_at", "last_detail")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class PushEndpointInline(admin.TabularInline):
+    model = PushEndpoint
+    extra = 0
+    can_delete = False
+    fields = ("public_id", "active", "created_at")
+    readonly_fields = ("public_id", "created_at")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "team", "rpc_url", "protocol_version", "signs_pushes", "created_at")
+    fields = (
+        "name",
+        "team",
+        "card_url",
+        "rpc_url",
+        "protocol_version",
+        "extensions",
+        "push_notifications",
+        "signs_pushes",
+        "card_fetched_at",
+        "last_error",
+    )
+    readonly_fields = (
+        "card_url",
+        "rpc_url",
+        "protocol_version",
+        "extensions",
+        "push_notifications",
+        "signs_pushes",
+        "card_fetched_at",
+        "last_error",
+    )
+    inlines = (PushEndpointInline, RefusalInline)
+    actions = ("rotate_signing_secret", "retire_previous_signing_secret")
+
+    @admin.display(description="signing secrets")
+    def signs_pushes(self, agent: Agent) -> str:
+        count = len(agent.signing_secrets)
+        return {0: "none (token)", 1: "1", 2: "2 (rotating)"}[count]
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            return super().add_view(request, form_url, extra_context)
+        form = RegisterAgentForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                registration = agents.register(
+                    data["card_url"],
+                    name=data["name"],
+                    team=data["team"].name if data["team"] else "",
+                    generate_signing_secret=data["generate_signing_secret"],
+                    credential=data["credential"],
+                )
+            except agents.RegistrationError as error:
+                form.add_error("card_url", str(error))
+            else:
+                return self._secrets_once(request, registration.agent, registration.as_json())
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "form": form,
+            "title": "Register an agent",
+        }
+        return TemplateResponse(request, "admin/tasks/register_agent.html", context)
+
+    def _secrets_once(self, request, agent: Agent, secrets: dict):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "agent": agent,
+            "secrets": secrets,
+            "title": f"Secrets for {agent.name}",
+        }
+        response = TemplateResponse(request, "admin/tasks/agent_secrets.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Rotate the signing secret (the old one stays valid)")
+    def rotate_signing_secret(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Rotate one agent at a time.", messages.ERROR)
+            return None
+        agent = queryset.get()
+        secret = agents.rotate_signing_secret(agent)
+        return self._secrets_once(request, agent, {"signing_secret": secret})
+
+    @admin.action(description="Retire the previous signing secret")
+    def retire_previous_signing_secret(self, request, queryset):
+        for agent in queryset:
+            agents.retire_previous_signing_secret(agent)
+        self.message_user(request, "Previous signing secrets retired.")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("received_at", "agent", "kind", "task_id", "outcome", "duplicates")
+    list_filter = ("outcome", "kind", "agent")
+    search_fields = ("task_id", "idempotency_key")
+    date_hierarchy = "received_at"
+
+
+@admin.register(Session)
+class SessionAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "agent", "state", "needs_human", "updated_at")
+    list_filter = ("needs_human", "state", "agent")
+    search_fields = ("context_id", "title")
+
+
+@admin.register(Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("task_id", "agent", "session", "state", "status_timestamp")
+    list_filter = ("state", "agent")
+    search_fields = ("task_id",)
+
+
+@admin.register(Interaction)
+class InteractionAdmin(ReadOnlyAdmin):
+    list_display = ("interaction_id", "kind", "state", "task", "opened_at", "answered_by")
+    list_filter = ("kind", "state")
+
+
+@admin.register(Artifact)
+class ArtifactAdmin(ReadOnlyAdmin):
+    list_display = ("artifact_id", "sequence", "name", "task", "received_at")
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = ("at", "role", "session", "text")

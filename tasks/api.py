@@ -1,0 +1,118 @@
+"""The read API for people and scripts: `/api/sessions` and `/api/sessions/<id>`.
+
+Logged-in users only, and only sessions of agents the user may see. The JSON names here are
+a contract: scripts depend on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET
+
+from tasks.models import Artifact, Interaction, Session, TaskState
+
+MAX_LIMIT = 1000
+ORDERINGS = {
+    "updated": ("-updated_at", "-id"),
+    "attention": ("-needs_human", "-updated_at", "-id"),
+}
+
+
+def _error(status: int, error: str, detail: str) -> JsonResponse:
+    return JsonResponse({"error": error, "detail": detail}, status=status)
+
+
+def api_login_required(view: Callable) -> Callable:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return _error(401, "authentication required", "log in at /accounts/login/")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def session_json(session: Session) -> dict:
+    return {
+        "id": session.pk,
+        "agent": {"id": session.agent_id, "name": session.agent.name},
+        "contextId": session.context_id,
+        "title": session.title,
+        "state": session.state or None,
+        "needsHuman": session.needs_human,
+        "updatedAt": session.updated_at,
+    }
+
+
+@require_GET
+@api_login_required
+def sessions(request: HttpRequest) -> JsonResponse:
+    found = Session.objects.visible_to(request.user).select_related("agent")
+    agent = request.GET.get("agent")
+    if agent is not None:
+        if not agent.isdigit():
+            return _error(400, "bad filter", "agent must be an agent id (a number)")
+        found = found.filter(agent_id=int(agent))
+    state = request.GET.get("state")
+    if state is not None:
+        if state not in TaskState.values:
+            return _error(400, "bad filter", f"state must be one of {', '.join(TaskState.values)}")
+        found = found.filter(state=state)
+    sort = request.GET.get("sort", "updated")
+    if sort not in ORDERINGS:
+        return _error(400, "bad sort", "sort is updated (the default) or attention")
+    limit = request.GET.get("limit", "100")
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+        return _error(400, "bad limit", f"limit is a number from 1 to {MAX_LIMIT}")
+    found = found.order_by(*ORDERINGS[sort])[: int(limit)]
+    return JsonResponse({"sessions": [session_json(s) for s in found]})
+
+
+@require_GET
+@api_login_required
+def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
+    session = (
+        Session.objects.visible_to(request.user)
+        .select_related("agent")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        return _error(404, "not found", f"no session {session_id} that you may see")
+    tasks = list(session.tasks.order_by("created_at", "id"))
+    data = session_json(session)
+    data["tasks"] = [
+        {"taskId": t.task_id, "state": t.state, "statusTimestamp": t.shown_timestamp} for t in tasks
+    ]
+    data["interactions"] = [
+        {
+            "interactionId": i.interaction_id,
+            "taskId": i.task.task_id,
+            "kind": i.kind,
+            "prompt": i.prompt,
+            "state": i.state,
+        }
+        for i in Interaction.objects.filter(task__session=session)
+        .select_related("task")
+        .order_by("opened_at", "id")
+    ]
+    data["artifacts"] = [
+        {
+            "artifactId": a.artifact_id,
+            "taskId": a.task.task_id,
+            "name": a.name,
+            "version": (a.files or {}).get("version", a.sequence),
+            "kind": (a.files or {}).get("kind"),
+            "size": (a.files or {}).get("size"),
+            "sha256": (a.files or {}).get("sha256"),
+            "path": (a.files or {}).get("path"),
+        }
+        for a in Artifact.objects.filter(task__session=session).select_related("task")
+    ]
+    data["messages"] = [
+        {"role": m.role, "text": m.text, "at": m.at} for m in session.messages.all()
+    ]
+    return JsonResponse(data)

@@ -1,0 +1,399 @@
+"""Apply one authenticated push to the store. The only writer of sessions, tasks,
+interactions, artifacts and the agent side of the transcript.
+
+Pushes arrive at least once and in any order, so every rule here is about converging:
+- the delivery log is keyed by (agent, idempotency key): a duplicate changes nothing;
+- a status newer than the stored one is *current* and sets the task's state; an older one
+  is *history*: its message, effect and plan are kept but the state is not touched;
+- a terminal state is final: later statuses are logged and not applied;
+- facts that accumulate (transcript, uncertain effects, artifacts) are kept whatever the
+  order, so shuffled deliveries end where in-order ones do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from tasks import broadcast, profile
+from tasks import protocol as p
+from tasks.models import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    Agent,
+    Artifact,
+    Delivery,
+    Interaction,
+    Message,
+    PushEndpoint,
+    Session,
+    Task,
+    TaskState,
+)
+
+CURRENT, HISTORY, AFTER_TERMINAL = "current", "history", "after_terminal"
+_OUTCOMES = {
+    CURRENT: Delivery.Outcome.APPLIED,
+    HISTORY: Delivery.Outcome.STALE,
+    AFTER_TERMINAL: Delivery.Outcome.AFTER_TERMINAL,
+}
+_EXPECTED_STATE = {
+    "approval": TaskState.AUTH_REQUIRED,
+    "connection": TaskState.AUTH_REQUIRED,
+    "question": TaskState.INPUT_REQUIRED,
+}
+
+
+def idempotency_key(webhook_id: str | None, body: bytes) -> str:
+    if webhook_id:
+        if len(webhook_id) <= 150:
+            return f"id:{webhook_id}"
+        return f"id-sha256:{hashlib.sha256(webhook_id.encode()).hexdigest()}"
+    return f"sha256:{hashlib.sha256(body).hexdigest()}"
+
+
+@dataclass
+class Result:
+    delivery: Delivery
+    duplicate: bool
+
+
+def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Result:
+    """Store the delivery and apply its event in one transaction; broadcast after commit."""
+    agent = endpoint.agent
+    now = timezone.now()
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                delivery = Delivery.objects.create(
+                    agent=agent,
+                    endpoint=endpoint,
+                    idempotency_key=key,
+                    received_at=now,
+                    kind=event.kind,
+                    task_id=event.task_id,
+                    body=body.decode(),
+                    outcome=Delivery.Outcome.APPLIED,
+                )
+        except IntegrityError:
+            delivery = Delivery.objects.get(agent=agent, idempotency_key=key)
+            Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
+            return Result(delivery, duplicate=True)
+        applier = _Applier(agent, now)
+        outcome = applier.run(event)
+        delivery.outcome = outcome
+        delivery.warnings = applier.warnings
+        delivery.save(update_fields=["outcome", "warnings"])
+        if applier.session is not None:
+            broadcast.session_changed(applier.session)
+    return Result(delivery, duplicate=False)
+
+
+def _newer(incoming: datetime | None, stored: datetime | None) -> bool:
+    """Order by the agent's timestamps; an agent that sends none is taken in arrival order."""
+    if stored is None:
+        return True
+    if incoming is None:
+        return False
+    return incoming >= stored
+
+
+def _parts_digest(parts: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class _Applier:
+    agent: Agent
+    now: datetime
+    warnings: list[str] = field(default_factory=list)
+    session: Session | None = None
+
+    def run(self, event: p.Event) -> str:
+        if isinstance(event, p.MessageEvent):
+            return self._message_event(event.message)
+        task = self._lock_task(event.task_id, event.context_id)
+        outcome = Delivery.Outcome.APPLIED
+        if isinstance(event, p.TaskSnapshot):
+            self._history(task, event.history, event.status.timestamp)
+            for artifact in event.artifacts:
+                self._snapshot_artifact(task, artifact)
+            outcome = self._status(task, event.status, event.metadata)
+        elif isinstance(event, p.StatusUpdate):
+            outcome = self._status(task, event.status, event.metadata)
+        else:
+            self._artifact_update(task, event)
+        self._refresh_session()
+        return outcome
+
+    # -- sessions and tasks -------------------------------------------------------------
+
+    def _lock_task(self, task_id: str, context_id: str) -> Task:
+        task = Task.objects.filter(agent=self.agent, task_id=task_id).first()
+        if task is None:
+            session = self._lock_session(context_id)
+            task, _ = Task.objects.get_or_create(
+                agent=self.agent,
+                task_id=task_id,
+                defaults={
+                    "session": session,
+                    "state": TaskState.SUBMITTED,
+                    "status_received_at": self.now,
+                },
+            )
+        else:
+            # Keyed on the task, never on the context: some SDKs put a fresh contextId on
+            # follow-up pushes, and the task's session is the one it started in.
+            self.session = Session.objects.select_for_update().get(pk=task.session_id)
+            if context_id != self.session.context_id:
+                self.warnings.append(
+                    f"contextId {context_id!r} differs from the task's {self.session.context_id!r};"
+                    " kept the task's"
+                )
+        return Task.objects.select_for_update().get(pk=task.pk)
+
+    def _lock_session(self, context_id: str) -> Session:
+        session, _ = Session.objects.get_or_create(
+            agent=self.agent, context_id=context_id, defaults={"updated_at": self.now}
+        )
+        self.session = Session.objects.select_for_update().get(pk=session.pk)
+        return self.session
+
+    def _refresh_session(self) -> None:
+        session = self.session
+        latest = (
+            session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at"))
+            .order_by("-at", "-id")
+            .first()
+        )
+        if latest is not None:
+            session.state = latest.state
+        session.needs_human = Interaction.objects.filter(
+            task__session=session, state=Interaction.State.OPEN
+        ).exists()
+        session.updated_at = self.now
+        session.save(update_fields=["state", "needs_human", "updated_at", "title"])
+
+    # -- statuses -------------------------------------------------------------------------
+
+    def _placement(self, task: Task, status: p.Status) -> str:
+        stored = task.status_timestamp
+        if task.is_terminal:
+            if status.timestamp and stored and status.timestamp < stored:
+                return HISTORY
+            return AFTER_TERMINAL
+        if status.state in TERMINAL_STATES or _newer(status.timestamp, stored):
+            return CURRENT
+        return HISTORY
+
+    def _status(self, task: Task, status: p.Status, event_metadata: dict) -> str:
+        placement = self._placement(task, status)
+        if placement == AFTER_TERMINAL:
+            self.warnings.append(f"the task already ended ({task.state}); not applied")
+            return _OUTCOMES[placement]
+        message_metadata = status.message.metadata if status.message else {}
+        metadatas = (event_metadata, message_metadata)
+        at = status.timestamp or self.now
+
+        if status.message is not None:
+            self._transcript(task, status.message, at, estimated=status.timestamp is None)
+        if status.timestamp is not None:
+            # Messages we could only date by receipt came before this status.
+            Message.objects.filter(task=task, estimated_time=True, at__gt=at).update(
+                at=at - timedelta(microseconds=1)
+            )
+        self._effects(task, metadatas)
+        self._plan(task, metadatas, status.timestamp)
+
+        current = placement == CURRENT
+        if status.state in INTERRUPTED_STATES:
+            self._interaction(task, status, metadatas, at, current=current)
+        if current:
+            if status.state not in INTERRUPTED_STATES:
+                self._close_interactions(task, keep=None)
+            telemetry = profile.find(profile.TELEMETRY, *metadatas)
+            if telemetry is not None:
+                task.telemetry = profile.read_telemetry(telemetry, self.warnings)
+            task.state = status.state
+            task.status_timestamp = status.timestamp or task.status_timestamp
+            task.status_received_at = self.now
+            task.status_message = status.message.text if status.message else ""
+        task.save()
+        return _OUTCOMES[placement]
+
+    def _effects(self, task: Task, metadatas: tuple[dict, ...]) -> None:
+        value = profile.find(profile.EFFECTS, *metadatas)
+        if value is None:
+            return
+        effect = profile.read_uncertain(value, self.warnings)
+        if effect and effect not in task.uncertain_effects:
+            task.uncertain_effects = [*task.uncertain_effects, effect]
+
+    def _plan(self, task: Task, metadatas: tuple[dict, ...], timestamp: datetime | None) -> None:
+        value = profile.find(profile.PROGRESS, *metadatas)
+        if value is None:
+            return
+        plan = profile.read_progress(value, self.warnings)
+        if plan is not None and _newer(timestamp, task.plan_timestamp):
+            task.plan = plan
+            task.plan_timestamp = timestamp or task.plan_timestamp
+
+    # -- interactions ---------------------------------------------------------------------
+
+    def _interaction(
+        self,
+        task: Task,
+        status: p.Status,
+        metadatas: tuple[dict, ...],
+        at: datetime,
+        *,
+        current: bool,
+    ) -> None:
+        opened = None
+        value = profile.find(profile.INTERACTIONS, *metadatas)
+        if value is not None:
+            opened = profile.read_interaction(value, self.warnings)
+        if opened is not None:
+            expected = _EXPECTED_STATE[opened.kind]
+            if status.state != expected:
+                self.warnings.append(
+                    f"interactions/v1: a {opened.kind} arrived with {status.state}; "
+                    f"the profile uses {expected}"
+                )
+        else:
+            # A core agent asks in plain text; a text reply to it can never approve anything.
+            text = status.message.text if status.message else ""
+            reference = status.message.message_id if status.message else at.isoformat()
+            opened = profile.OpenInteraction(f"text:{reference}", "text", text)
+
+        interaction, created = Interaction.objects.get_or_create(
+            task=task,
+            interaction_id=opened.interaction_id,
+            defaults={
+                "kind": opened.kind,
+                "prompt": opened.prompt,
+                "detail": opened.detail,
+                "opened_at": at,
+                "state": Interaction.State.OPEN if current else Interaction.State.CLOSED,
+            },
+        )
+        if not current:
+            return
+        if not created and interaction.state == Interaction.State.CLOSED:
+            interaction.state = Interaction.State.OPEN
+            interaction.save(update_fields=["state"])
+        self._close_interactions(task, keep=interaction)
+
+    def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
+        still_open = task.interactions.filter(state=Interaction.State.OPEN)
+        if keep is not None:
+            still_open = still_open.exclude(pk=keep.pk)
+        still_open.update(state=Interaction.State.CLOSED)
+
+    # -- transcript -----------------------------------------------------------------------
+
+    def _transcript(
+        self, task: Task | None, message: p.Message, at: datetime, *, estimated: bool
+    ) -> None:
+        session = self.session
+        if Message.objects.filter(session=session, message_id=message.message_id).exists():
+            return
+        text = message.text
+        if not text:
+            return
+        Message.objects.create(
+            session=session,
+            task=task,
+            message_id=message.message_id,
+            role=message.role,
+            text=text,
+            at=at,
+            estimated_time=estimated,
+        )
+        if not session.title and message.role == Message.Role.USER:
+            session.title = text.strip().splitlines()[0][:200]
+
+    def _history(
+        self, task: Task, history: tuple[p.Message, ...], timestamp: datetime | None
+    ) -> None:
+        at = timestamp or self.now
+        for message in history:
+            self._transcript(task, message, at, estimated=timestamp is None)
+
+    def _message_event(self, message: p.Message) -> str:
+        task = None
+        if message.task_id:
+            task = Task.objects.filter(agent=self.agent, task_id=message.task_id).first()
+        if task is not None:
+            self.session = Session.objects.select_for_update().get(pk=task.session_id)
+        elif message.context_id:
+            self._lock_session(message.context_id)
+        else:
+            self.warnings.append("a message with neither a known taskId nor a contextId")
+            return Delivery.Outcome.IGNORED
+        self._transcript(task, message, self.now, estimated=True)
+        self._refresh_session()
+        return Delivery.Outcome.APPLIED
+
+    # -- artifacts ------------------------------------------------------------------------
+
+    def _files(self, *metadatas: dict) -> dict | None:
+        value = profile.find(profile.FILES, *metadatas)
+        return None if value is None else profile.read_files(value, self.warnings)
+
+    def _new_version(self, task: Task, artifact: p.Artifact, parts: list[dict], files) -> None:
+        last = task.artifacts.filter(artifact_id=artifact.artifact_id).aggregate(n=Max("sequence"))
+        Artifact.objects.create(
+            task=task,
+            artifact_id=artifact.artifact_id,
+            sequence=(last["n"] or 0) + 1,
+            name=artifact.name,
+            description=artifact.description,
+            parts=parts,
+            files=files,
+            received_at=self.now,
+        )
+
+    def _snapshot_artifact(self, task: Task, artifact: p.Artifact) -> None:
+        """A task snapshot repeats artifacts already seen: only new content is a new version."""
+        parts = [part.to_json() for part in artifact.parts]
+        digest = _parts_digest(parts)
+        known = task.artifacts.filter(artifact_id=artifact.artifact_id).values_list(
+            "parts", flat=True
+        )
+        if any(_parts_digest(existing) == digest for existing in known):
+            return
+        self._new_version(task, artifact, parts, self._files(artifact.metadata))
+
+    def _artifact_update(self, task: Task, event: p.ArtifactUpdate) -> None:
+        artifact = event.artifact
+        parts = [part.to_json() for part in artifact.parts]
+        files = self._files(artifact.metadata, event.metadata)
+        if task.is_terminal:
+            self.warnings.append("artifact arrived after the task ended; kept")
+        latest = task.artifacts.filter(artifact_id=artifact.artifact_id).order_by("-sequence")
+        latest = latest.select_for_update().first()
+        if event.append:
+            if latest is None:
+                self.warnings.append(
+                    f"append for artifact {artifact.artifact_id!r} not seen before; "
+                    "kept as its first version"
+                )
+                self._new_version(task, artifact, parts, files)
+                return
+            # A2A chunks carry no index: they are assembled in arrival order.
+            latest.parts = [*latest.parts, *parts]
+            latest.files = files or latest.files
+            latest.name = artifact.name or latest.name
+            latest.save(update_fields=["parts", "files", "name"])
+            return
+        if latest is not None and latest.parts == parts and (files or None) == latest.files:
+            return
+        self._new_version(task, artifact, parts, files)

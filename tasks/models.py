@@ -1,0 +1,290 @@
+"""What Onlooker keeps: agents, where they push, and the sessions their pushes build.
+
+Writers: `agents.py` registers agents and endpoints, `ingest.py` alone applies pushes to
+sessions, tasks, interactions, artifacts and the transcript. Nothing here writes on save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+
+class TaskState(models.TextChoices):
+    SUBMITTED = "TASK_STATE_SUBMITTED", "submitted"
+    WORKING = "TASK_STATE_WORKING", "working"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED", "input required"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED", "auth required"
+    COMPLETED = "TASK_STATE_COMPLETED", "completed"
+    FAILED = "TASK_STATE_FAILED", "failed"
+    CANCELED = "TASK_STATE_CANCELED", "canceled"
+    REJECTED = "TASK_STATE_REJECTED", "rejected"
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+def digest(secret: str) -> str:
+    """Push tokens are stored as digests: they are only ever compared, never shown again."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def matches_digest(presented: str, stored: str) -> bool:
+    return bool(stored) and hmac.compare_digest(digest(presented), stored)
+
+
+class AgentQuerySet(models.QuerySet):
+    def visible_to(self, user) -> AgentQuerySet:
+        """Agents without a team are everyone's; a team's agents are its members'."""
+        if user.is_superuser:
+            return self
+        return self.filter(Q(team__isnull=True) | Q(team__in=user.groups.all()))
+
+
+class Agent(models.Model):
+    name = models.CharField(max_length=200)
+    card_url = models.URLField(max_length=500)
+    rpc_url = models.URLField("JSON-RPC URL", max_length=500)
+    protocol_version = models.CharField(max_length=20)
+    extensions = models.JSONField(default=list, blank=True, help_text="URIs the card declares")
+    push_notifications = models.BooleanField(default=False)
+    # Sent as the Authorization header when Onlooker calls the agent; never displayed.
+    credential = models.TextField(blank=True)
+    # Standard Webhooks secrets (whsec_…). Two during a rotation; never displayed.
+    signing_secret = models.CharField(max_length=200, blank=True)
+    previous_signing_secret = models.CharField(max_length=200, blank=True)
+    team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL)
+    card_fetched_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = AgentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def signing_secrets(self) -> list[str]:
+        return [s for s in (self.signing_secret, self.previous_signing_secret) if s]
+
+
+class PushEndpoint(models.Model):
+    """Where an agent pushes: `/a2a/push/<public_id>/`. The id is not a secret, the tokens are."""
+
+    public_id = models.CharField(max_length=64, unique=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="endpoints")
+    token_digest = models.CharField(max_length=64)
+    bearer_digest = models.CharField(max_length=64)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.agent} → {self.public_id}"
+
+    @property
+    def push_url(self) -> str:
+        return f"{settings.ONLOOKER_PUBLIC_URL}/a2a/push/{self.public_id}/"
+
+
+class Refusal(models.Model):
+    """Counts of refused pushes per agent and reason: refused requests store nothing else."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="refusals")
+    reason = models.CharField(max_length=40)
+    count = models.PositiveIntegerField(default=0)
+    last_at = models.DateTimeField()
+    last_detail = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "reason"], name="unique_refusal_reason")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.reason} × {self.count}"
+
+
+class SessionQuerySet(models.QuerySet):
+    def visible_to(self, user) -> SessionQuerySet:
+        return self.filter(agent__in=Agent.objects.visible_to(user))
+
+
+class Session(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    context_id = models.CharField(max_length=200)
+    title = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=40, choices=TaskState.choices, blank=True)
+    needs_human = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField()
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "context_id"], name="unique_session_context")
+        ]
+        indexes = [models.Index(fields=["-needs_human", "-updated_at"], name="session_attention")]
+
+    def __str__(self) -> str:
+        return self.title or self.context_id
+
+
+class Task(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tasks")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tasks")
+    task_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=40, choices=TaskState.choices)
+    # The agent's own status timestamp orders updates; None means the agent sent none.
+    status_timestamp = models.DateTimeField(null=True, blank=True)
+    status_received_at = models.DateTimeField()
+    status_message = models.TextField(blank=True)
+    plan = models.JSONField(default=list, blank=True)
+    plan_timestamp = models.DateTimeField(null=True, blank=True)
+    telemetry = models.JSONField(null=True, blank=True)
+    uncertain_effects = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "task_id"], name="unique_task")]
+
+    def __str__(self) -> str:
+        return self.task_id
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def shown_timestamp(self):
+        return self.status_timestamp or self.status_received_at
+
+
+class Delivery(models.Model):
+    class Outcome(models.TextChoices):
+        APPLIED = "applied"
+        STALE = "stale", "older than what is stored; state not applied"
+        AFTER_TERMINAL = "after_terminal", "task already ended; logged only"
+        IGNORED = "ignored", "nothing to apply"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(PushEndpoint, null=True, on_delete=models.SET_NULL)
+    idempotency_key = models.CharField(max_length=200)
+    received_at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=20)
+    task_id = models.CharField(max_length=200, blank=True)
+    body = models.TextField()
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    warnings = models.JSONField(default=list, blank=True)
+    duplicates = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "idempotency_key"], name="unique_delivery_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.task_id} ({self.outcome})"
+
+
+class Interaction(models.Model):
+    class Kind(models.TextChoices):
+        APPROVAL = "approval"
+        QUESTION = "question"
+        CONNECTION = "connection"
+        TEXT = "text", "plain-text question"
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        ANSWERING = "answering"
+        ANSWERED = "answered"
+        CLOSED = "closed", "closed by the agent"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="interactions")
+    interaction_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    prompt = models.TextField(blank=True)
+    detail = models.JSONField(null=True, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
+    opened_at = models.DateTimeField()
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "interaction_id"], name="unique_interaction")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.interaction_id} ({self.state})"
+
+
+class Artifact(models.Model):
+    """One version of an artifact; every version is kept."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    artifact_id = models.CharField(max_length=200)
+    sequence = models.PositiveIntegerField(help_text="1 for the first version seen, then 2, …")
+    name = models.CharField(max_length=300, blank=True)
+    description = models.TextField(blank=True)
+    parts = models.JSONField(default=list)
+    files = models.JSONField(null=True, blank=True, help_text="files/v1 data")
+    complete = models.BooleanField(default=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "artifact_id", "sequence"], name="unique_artifact_version"
+            )
+        ]
+        ordering = ["task_id", "artifact_id", "sequence"]
+
+    def __str__(self) -> str:
+        return f"{self.artifact_id} v{self.sequence}"
+
+
+class Message(models.Model):
+    """The session transcript: what people sent and what the agent said."""
+
+    class Role(models.TextChoices):
+        USER = "ROLE_USER", "user"
+        AGENT = "ROLE_AGENT", "agent"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE)
+    message_id = models.CharField(max_length=200, blank=True)
+    role = models.CharField(max_length=20, choices=Role.choices)
+    text = models.TextField()
+    at = models.DateTimeField()
+    # True when the agent gave no time and `at` is when Onlooker received it.
+    estimated_time = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "message_id"],
+                condition=~Q(message_id=""),
+                name="unique_transcript_message",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:40]}"

@@ -1,0 +1,152 @@
+"""The Nylorun profile v2 extensions, as Onlooker reads them from push metadata.
+
+Each reader takes the extension's raw value and a list to append warnings to. Bad data
+never fails a delivery: the bad part is dropped and a warning says what was wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+INTERACTIONS = "https://docs.nylorun.com/a2a/interactions/v1"
+EFFECTS = "https://docs.nylorun.com/a2a/effects/v1"
+PROGRESS = "https://docs.nylorun.com/a2a/progress/v1"
+TELEMETRY = "https://docs.nylorun.com/a2a/telemetry/v1"
+FILES = "https://docs.nylorun.com/a2a/files/v1"
+EXTENSIONS = (INTERACTIONS, EFFECTS, PROGRESS, TELEMETRY, FILES)
+
+INTERACTION_KINDS = ("approval", "question", "connection")
+STEP_STATES = ("pending", "in_progress", "completed", "failed", "skipped")
+MAX_AGENT_STEPS = 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MISSING = object()
+
+
+def find(uri: str, *metadatas: dict) -> Any:
+    """The value under `uri` in the first metadata that has it, or None."""
+    for metadata in metadatas:
+        value = metadata.get(uri, _MISSING)
+        if value is not _MISSING:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class OpenInteraction:
+    interaction_id: str
+    kind: str
+    prompt: str
+    detail: Any = None
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def read_interaction(value: Any, warnings: list[str]) -> OpenInteraction | None:
+    if not isinstance(value, dict):
+        warnings.append("interactions/v1: data must be an object; ignored")
+        return None
+    interaction_id, kind = value.get("interactionId"), value.get("kind")
+    if not _nonempty_str(interaction_id):
+        warnings.append("interactions/v1: interactionId is missing; ignored")
+        return None
+    if kind not in INTERACTION_KINDS:
+        warnings.append(
+            f"interactions/v1: kind {kind!r} is not approval, question or connection; ignored"
+        )
+        return None
+    prompt = value.get("prompt", "")
+    if not isinstance(prompt, str):
+        warnings.append("interactions/v1: prompt must be a string; dropped")
+        prompt = ""
+    return OpenInteraction(interaction_id, kind, prompt, value.get("detail"))
+
+
+def read_uncertain(value: Any, warnings: list[str]) -> str | None:
+    if isinstance(value, dict) and _nonempty_str(value.get("uncertain")):
+        return value["uncertain"]
+    warnings.append("effects/v1: expected {uncertain: <effect id>}; ignored")
+    return None
+
+
+def read_progress(value: Any, warnings: list[str]) -> list[dict] | None:
+    steps = value.get("steps") if isinstance(value, dict) else None
+    if not isinstance(steps, list):
+        warnings.append("progress/v1: expected {steps: [...]}; ignored")
+        return None
+    if len(steps) > MAX_AGENT_STEPS:
+        warnings.append(
+            f"progress/v1: {len(steps)} steps, at most {MAX_AGENT_STEPS}; the rest dropped"
+        )
+        steps = steps[:MAX_AGENT_STEPS]
+    plan = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict) or not _nonempty_str(step.get("label")):
+            warnings.append(f"progress/v1: steps[{index}] has no label; dropped")
+            continue
+        state = step.get("state")
+        if state not in STEP_STATES:
+            warnings.append(f"progress/v1: steps[{index}].state {state!r} shown as pending")
+            state = "pending"
+        entry = {"label": step["label"], "state": state}
+        note = step.get("note")
+        if _nonempty_str(note):
+            entry["note"] = note
+        elif note is not None and note != "":
+            warnings.append(f"progress/v1: steps[{index}].note must be a string; dropped")
+        plan.append(entry)
+    return plan
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_amount(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+_TELEMETRY_FIELDS = {
+    "steps": _is_count,
+    "tokens": _is_count,
+    "costUsd": _is_amount,
+    "traceId": _nonempty_str,
+}
+
+
+def read_telemetry(value: Any, warnings: list[str]) -> dict | None:
+    return _read_fields("telemetry/v1", _TELEMETRY_FIELDS, value, warnings)
+
+
+_FILES_FIELDS = {
+    "kind": _nonempty_str,
+    "version": lambda v: _is_count(v) or _nonempty_str(v),
+    "size": _is_count,
+    "sha256": lambda v: isinstance(v, str) and bool(_SHA256.match(v.lower())),
+    "path": _nonempty_str,
+}
+
+
+def read_files(value: Any, warnings: list[str]) -> dict | None:
+    data = _read_fields("files/v1", _FILES_FIELDS, value, warnings)
+    if data and "sha256" in data:
+        data["sha256"] = data["sha256"].lower()
+    return data
+
+
+def _read_fields(name: str, checks: dict, value: Any, warnings: list[str]) -> dict | None:
+    if not isinstance(value, dict):
+        warnings.append(f"{name}: data must be an object; ignored")
+        return None
+    data = {}
+    for key, check in checks.items():
+        if key not in value:
+            continue
+        if check(value[key]):
+            data[key] = value[key]
+        else:
+            warnings.append(f"{name}: {key} {value[key]!r} is not valid; dropped")
+    return data or None

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from tasks import api, views, webhooks
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
+    path("api/sessions", api.sessions, name="api-sessions"),
+    path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
+]

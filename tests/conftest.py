@@ -1,0 +1,88 @@
+"""Shared fixtures: registered agents (one signing, one with push tokens) and a `push`
+helper that POSTs a body to the real receiver view with real credentials."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+from standardwebhooks import Webhook
+
+from tasks.agents import new_endpoint, new_signing_secret
+from tasks.models import Agent, PushEndpoint
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+@dataclass
+class RegisteredAgent:
+    agent: Agent
+    endpoint: PushEndpoint
+    token: str
+    bearer: str
+    secret: str | None
+
+    @property
+    def path(self) -> str:
+        return f"/a2a/push/{self.endpoint.public_id}/"
+
+
+def make_agent(*, signing: bool = False, team=None, name: str = "Builder") -> RegisteredAgent:
+    secret = new_signing_secret() if signing else None
+    agent = Agent.objects.create(
+        name=name,
+        card_url="http://agent.test/.well-known/agent-card.json",
+        rpc_url="http://agent.test/a2a/jsonrpc",
+        protocol_version="1.0",
+        signing_secret=secret or "",
+        team=team,
+    )
+    endpoint, token, bearer = new_endpoint(agent)
+    return RegisteredAgent(agent, endpoint, token, bearer, secret)
+
+
+@pytest.fixture
+def token_agent(db) -> RegisteredAgent:
+    return make_agent()
+
+
+@pytest.fixture
+def signed_agent(db) -> RegisteredAgent:
+    return make_agent(signing=True, name="Signer")
+
+
+def sign_headers(
+    secret: str, body: bytes, *, msg_id: str | None = None, at: datetime | None = None
+):
+    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
+    at = at or datetime.now(UTC)
+    signature = Webhook(secret).sign(msg_id, at, body.decode())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature,
+    }
+
+
+def encode(body) -> bytes:
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
+def push(client, registered: RegisteredAgent, body, *, msg_id: str | None = None, **headers):
+    """POST a push the way a well-behaved agent would: signed if the agent signs, else with
+    its bearer credentials. Extra headers (HTTP_…) override."""
+    raw = encode(body)
+    extra = {}
+    if registered.secret:
+        for name, value in sign_headers(registered.secret, raw, msg_id=msg_id).items():
+            extra["HTTP_" + name.upper().replace("-", "_")] = value
+    else:
+        extra["HTTP_AUTHORIZATION"] = f"Bearer {registered.bearer}"
+        if msg_id:
+            extra["HTTP_WEBHOOK_ID"] = msg_id
+    extra.update(headers)
+    content_type = extra.pop("content_type", "application/json")
+    return client.post(registered.path, raw, content_type=content_type, **extra)
