@@ -27,14 +27,14 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def session_changed(session: Session) -> None:
+def session_changed(session: Session, *, team_id: int | None) -> None:
     message = {
         "type": "session.changed",
         "session": session.pk,
         "state": session.state,
         "needsHuman": session.needs_human,
     }
-    groups = [team_group(session.agent.team_id), session_group(session.pk)]
+    groups = [team_group(team_id), session_group(session.pk)]
     transaction.on_commit(lambda: _send(groups, message))
 
 

@@ -92,7 +92,7 @@ def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Resu
         delivery.warnings = applier.warnings
         delivery.save(update_fields=["outcome", "warnings"])
         if applier.session is not None:
-            broadcast.session_changed(applier.session)
+            broadcast.session_changed(applier.session, team_id=agent.team_id)
     return Result(delivery, duplicate=False)
 
 
@@ -136,7 +136,13 @@ class _Applier:
     # -- sessions and tasks -------------------------------------------------------------
 
     def _lock_task(self, task_id: str, context_id: str) -> Task:
-        task = Task.objects.filter(agent=self.agent, task_id=task_id).first()
+        # One query locks the task and its session (PostgreSQL locks every joined row).
+        task = (
+            Task.objects.select_for_update()
+            .select_related("session")
+            .filter(agent=self.agent, task_id=task_id)
+            .first()
+        )
         if task is None:
             session = self._lock_session(context_id)
             task, _ = Task.objects.get_or_create(
@@ -148,16 +154,16 @@ class _Applier:
                     "status_received_at": self.now,
                 },
             )
-        else:
-            # Keyed on the task, never on the context: some SDKs put a fresh contextId on
-            # follow-up pushes, and the task's session is the one it started in.
-            self.session = Session.objects.select_for_update().get(pk=task.session_id)
-            if context_id != self.session.context_id:
-                self.warnings.append(
-                    f"contextId {context_id!r} differs from the task's {self.session.context_id!r};"
-                    " kept the task's"
-                )
-        return Task.objects.select_for_update().get(pk=task.pk)
+            return task
+        # Keyed on the task, never on the context: some SDKs put a fresh contextId on
+        # follow-up pushes, and the task's session is the one it started in.
+        self.session = task.session
+        if context_id != self.session.context_id:
+            self.warnings.append(
+                f"contextId {context_id!r} differs from the task's {self.session.context_id!r};"
+                " kept the task's"
+            )
+        return task
 
     def _lock_session(self, context_id: str) -> Session:
         session, _ = Session.objects.get_or_create(

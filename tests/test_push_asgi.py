@@ -1,0 +1,145 @@
+"""The receiver as the ASGI server runs it: oversized bodies refused before they are read,
+browsers hinted after commit, and pushes still accepted when the channel layer is down."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from asgiref.testing import ApplicationCommunicator
+from channels.layers import channel_layers, get_channel_layer
+
+from dashboard.asgi import application
+from tasks.models import Delivery, Refusal
+from tests.builders import status
+from tests.conftest import make_agent, push
+
+
+@pytest.fixture
+def fresh_layers():
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+def http_scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def respond(communicator: ApplicationCommunicator) -> tuple[int, dict]:
+    start = await communicator.receive_output(timeout=5)
+    body = await communicator.receive_output(timeout=5)
+    await communicator.wait(timeout=5)  # let the app finish, closing its connections
+    return start["status"], json.loads(body["body"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_declared_oversized_body_is_refused_before_it_is_read(settings):
+    settings.ONLOOKER_MAX_PUSH_BYTES = 1000
+    registered = make_agent()
+
+    async def scenario():
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"5000000")]
+        communicator = ApplicationCommunicator(application, http_scope(registered.path, headers))
+        await communicator.send_input({"type": "http.request", "body": b"", "more_body": True})
+        # No body was sent beyond the first empty chunk: the answer comes anyway.
+        return await respond(communicator)
+
+    code, data = async_to_sync(scenario)()
+    assert code == 413
+    assert "limit is 1000" in data["detail"]
+    assert Refusal.objects.get(agent=registered.agent, reason="too_large").count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunked_body_is_refused_as_soon_as_it_passes_the_limit(settings):
+    settings.ONLOOKER_MAX_PUSH_BYTES = 1000
+    registered = make_agent()
+
+    async def scenario():
+        communicator = ApplicationCommunicator(
+            application, http_scope(registered.path, [(b"content-type", b"application/json")])
+        )
+        await communicator.send_input(
+            {"type": "http.request", "body": b"x" * 600, "more_body": True}
+        )
+        await communicator.send_input(
+            {"type": "http.request", "body": b"x" * 600, "more_body": True}
+        )
+        return await respond(communicator)
+
+    code, _ = async_to_sync(scenario)()
+    assert code == 413
+    assert not Delivery.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunked_body_within_the_limit_reaches_the_receiver(settings):
+    registered = make_agent()
+    raw = json.dumps(status("WORKING", at=1)).encode()
+
+    async def scenario():
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {registered.bearer}".encode()),
+        ]
+        communicator = ApplicationCommunicator(application, http_scope(registered.path, headers))
+        await communicator.send_input({"type": "http.request", "body": raw[:10], "more_body": True})
+        await communicator.send_input(
+            {"type": "http.request", "body": raw[10:], "more_body": False}
+        )
+        return await respond(communicator)
+
+    code, data = async_to_sync(scenario)()
+    assert (code, data["outcome"]) == (200, "applied")
+    assert Delivery.objects.get().body == raw.decode()
+
+
+def test_committed_push_hints_the_team_and_session_groups(
+    client, token_agent, fresh_layers, django_capture_on_commit_callbacks
+):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("team.all", channel)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        push(client, token_agent, status("WORKING", at=1))
+    assert len(callbacks) == 1
+    message = async_to_sync(layer.receive)(channel)
+    assert message["type"] == "session.changed"
+    assert (message["state"], message["needsHuman"]) == ("TASK_STATE_WORKING", False)
+
+
+def test_refused_push_broadcasts_nothing(client, token_agent, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = push(client, token_agent, b"{}")
+    assert response.status_code == 400
+    assert callbacks == []
+
+
+def test_push_is_accepted_and_stored_while_the_channel_layer_is_down(
+    client, token_agent, settings, fresh_layers, django_capture_on_commit_callbacks
+):
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]},
+        }
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        response = push(client, token_agent, status("WORKING", at=1))
+    assert response.status_code == 200
+    assert Delivery.objects.get().outcome == "applied"
