@@ -81,11 +81,18 @@ def _secret_key() -> str:
         )
     key_file = DATA_DIR / "secret_key"
     if key_file.exists():
-        return key_file.read_text().strip()
+        key = key_file.read_text().strip()
+        if key:
+            return key
+    # Written to a private temporary file and renamed, so an interrupted first start never
+    # leaves an empty or world-readable key behind.
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(50)
-    key_file.write_text(key)
-    key_file.chmod(0o600)
+    temporary = DATA_DIR / f".secret_key.{os.getpid()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(key)
+    os.replace(temporary, key_file)
     return key
 
 

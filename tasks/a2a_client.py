@@ -12,6 +12,8 @@ import httpx
 
 CARD_PATH = "/.well-known/agent-card.json"
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# What the Agent model stores; a longer name is shortened, a longer URL or version refused.
+MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
 
 
 class A2AError(Exception):
@@ -70,7 +72,7 @@ def parse_card(card: object, card_url: str) -> AgentCard:
     ]
     name = card.get("name") if isinstance(card.get("name"), str) else ""
     return AgentCard(
-        name=name.strip() or urlsplit(card_url).hostname or "agent",
+        name=(name.strip() or urlsplit(card_url).hostname or "agent")[:MAX_NAME],
         rpc_url=interface["url"],
         protocol_version=interface["protocolVersion"],
         extensions=extensions,
@@ -89,7 +91,9 @@ def _jsonrpc_1x(interfaces: object) -> dict | None:
         if (
             interface.get("protocolBinding") == "JSONRPC"
             and (version == "1" or version.startswith("1."))
+            and len(version) <= MAX_VERSION
             and isinstance(url, str)
+            and len(url) <= MAX_URL
             and urlsplit(url).scheme in ("http", "https")
         ):
             return interface

@@ -29,6 +29,11 @@ class RegisterAgentForm(forms.Form):
     generate_signing_secret = forms.BooleanField(
         required=False, initial=True, help_text="The agent signs its pushes (Standard Webhooks)"
     )
+    signing_secret = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Or the agent's existing whsec_ secret (leave the box above unticked)",
+    )
     credential = forms.CharField(
         required=False, help_text='Authorization for calls to the agent, e.g. "Bearer …"'
     )
@@ -100,11 +105,13 @@ class AgentAdmin(admin.ModelAdmin):
                     name=data["name"],
                     team=data["team"].name if data["team"] else "",
                     generate_signing_secret=data["generate_signing_secret"],
+                    signing_secret=data["signing_secret"],
                     credential=data["credential"],
                 )
             except agents.RegistrationError as error:
-                form.add_error("card_url", str(error))
+                form.add_error(None, str(error))
             else:
+                self.log_addition(request, registration.agent, [{"added": {}}])
                 return self._secrets_once(request, registration.agent, registration.as_json())
         context = {
             **self.admin_site.each_context(request),
@@ -133,12 +140,14 @@ class AgentAdmin(admin.ModelAdmin):
             return None
         agent = queryset.get()
         secret = agents.rotate_signing_secret(agent)
+        self.log_change(request, agent, "Rotated the signing secret")
         return self._secrets_once(request, agent, {"signing_secret": secret})
 
     @admin.action(description="Retire the previous signing secret")
     def retire_previous_signing_secret(self, request, queryset):
         for agent in queryset:
             agents.retire_previous_signing_secret(agent)
+            self.log_change(request, agent, "Retired the previous signing secret")
         self.message_user(request, "Previous signing secrets retired.")
 
 

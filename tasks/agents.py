@@ -78,14 +78,19 @@ def register(
     elif signing_secret:
         check_signing_secret(signing_secret)
     credential = check_credential(credential)
+    if len(name.strip()) > a2a_client.MAX_NAME:
+        raise RegistrationError(f"a name has at most {a2a_client.MAX_NAME} characters")
     try:
+        card_url = a2a_client.card_url_for(card_url)
+        if len(card_url) > a2a_client.MAX_URL:
+            raise RegistrationError(f"the card URL is longer than {a2a_client.MAX_URL} characters")
         card = a2a_client.fetch_card(card_url)
     except a2a_client.A2AError as error:
         raise RegistrationError(str(error)) from None
     with transaction.atomic():
         agent = Agent.objects.create(
             name=name.strip() or card.name,
-            card_url=a2a_client.card_url_for(card_url),
+            card_url=card_url,
             rpc_url=card.rpc_url,
             protocol_version=card.protocol_version,
             extensions=card.extensions,

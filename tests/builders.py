@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from tasks import profile
+
+EPOCH = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
 def ts(second: int) -> str:
-    return f"2026-11-30T12:{second // 60:02d}:{second % 60:02d}.000Z"
+    """The agent's timestamp `second` seconds after noon, as A2A writes it."""
+    return (
+        (EPOCH + timedelta(seconds=second))
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def message(text: str, *, message_id: str, role: str = "ROLE_AGENT", metadata=None) -> dict:

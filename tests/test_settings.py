@@ -1,0 +1,305 @@
+"""Settings come from the environment only, and a bad value stops the start with a message
+that names the variable. Each test starts a fresh Python process on the real
+`dashboard.settings` with a controlled environment and a throwaway data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Everything the settings read; none of it leaks in from the test run's own environment.
+SETTINGS_VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "SECRET_KEY",
+    "DEBUG",
+    "ALLOWED_HOSTS",
+    "ONLOOKER_PUBLIC_URL",
+    "ONLOOKER_MAX_PUSH_BYTES",
+    "ONLOOKER_DATA_DIR",
+    "DJANGO_SETTINGS_MODULE",
+)
+
+SETUP = "import django; django.setup()"
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def start(data_dir):
+    """Start Django in a new process: `start(code, **env)` → CompletedProcess."""
+
+    def run(code: str = SETUP, **env: str) -> subprocess.CompletedProcess:
+        environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
+        environment.update(
+            DJANGO_SETTINGS_MODULE="dashboard.settings", ONLOOKER_DATA_DIR=str(data_dir)
+        )
+        environment.update(env)
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=BASE_DIR,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    return run
+
+
+def refused(result: subprocess.CompletedProcess) -> str:
+    """The start failed with ImproperlyConfigured; return its message."""
+    assert result.returncode != 0, f"started although it should not have:\n{result.stdout}"
+    last_line = result.stderr.strip().splitlines()[-1]
+    prefix = "django.core.exceptions.ImproperlyConfigured: "
+    assert last_line.startswith(prefix), result.stderr
+    return last_line.removeprefix(prefix)
+
+
+def started(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def show(*expressions: str) -> str:
+    """Code that sets Django up and prints the expressions (evaluated after setup) as JSON."""
+    items = ", ".join(expressions)
+    return f"{SETUP}\nimport json\nfrom django.conf import settings\nprint(json.dumps([{items}]))"
+
+
+# --- bad values fail loudly at start -------------------------------------------------------
+
+
+def test_debug_that_is_not_a_boolean_is_refused(start):
+    message = refused(start(DEBUG="maybe"))
+    assert "DEBUG" in message
+    assert "'maybe'" in message
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5"])
+def test_max_push_bytes_that_is_not_a_whole_number_is_refused(start, value):
+    message = refused(start(ONLOOKER_MAX_PUSH_BYTES=value))
+    assert "ONLOOKER_MAX_PUSH_BYTES" in message
+    assert "whole number" in message
+    assert repr(value) in message
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_max_push_bytes_below_one_is_refused(start, value):
+    message = refused(start(ONLOOKER_MAX_PUSH_BYTES=value))
+    assert "ONLOOKER_MAX_PUSH_BYTES" in message
+    assert "at least 1" in message
+
+
+@pytest.mark.parametrize("value", ["ftp://x", "onlooker.example.com", "http://"])
+def test_public_url_that_is_not_http_is_refused(start, value):
+    message = refused(start(ONLOOKER_PUBLIC_URL=value))
+    assert "ONLOOKER_PUBLIC_URL" in message
+    assert "http(s) URL" in message
+
+
+def test_public_url_with_a_query_is_refused(start):
+    message = refused(start(ONLOOKER_PUBLIC_URL="https://onlooker.example.com/?x=1"))
+    assert "ONLOOKER_PUBLIC_URL" in message
+    assert "query" in message
+
+
+def test_database_url_that_is_not_a_url_is_refused(start):
+    message = refused(start(DATABASE_URL="nonsense", SECRET_KEY="x"))
+    assert message.startswith("DATABASE_URL is not a database URL")
+
+
+def test_database_url_for_an_unsupported_database_is_refused(start):
+    message = refused(start(DATABASE_URL="mysql://user@db.example.com/onlooker", SECRET_KEY="x"))
+    assert "DATABASE_URL must be a postgres:// or sqlite:// URL" in message
+
+
+def test_redis_url_that_is_not_redis_is_refused(start):
+    message = refused(start(REDIS_URL="http://x"))
+    assert "REDIS_URL must be a redis:// URL" in message
+    assert "'http://x'" in message
+
+
+def test_deployment_without_secret_key_refuses_to_start_and_names_it(start, data_dir):
+    message = refused(start(DATABASE_URL=POSTGRES_URL))
+    assert "SECRET_KEY is not set and DEBUG is off" in message
+    # It refuses; it does not quietly invent a key for a deployment.
+    assert not (data_dir / "secret_key").exists()
+
+
+def test_embedded_default_with_debug_off_and_no_secret_key_refuses_to_start(start, data_dir):
+    message = refused(start(DEBUG="false"))
+    assert "SECRET_KEY" in message
+    assert not (data_dir / "secret_key").exists()
+
+
+def test_bad_value_also_stops_manage_py(data_dir):
+    environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
+    environment.update(ONLOOKER_DATA_DIR=str(data_dir), ONLOOKER_MAX_PUSH_BYTES="abc")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=BASE_DIR,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "ONLOOKER_MAX_PUSH_BYTES must be a whole number, not 'abc'" in result.stderr
+
+
+# --- values come from the environment ----------------------------------------------------
+
+
+def test_values_are_taken_from_the_environment(start):
+    output = started(
+        start(
+            show(
+                "settings.DEBUG",
+                "settings.SECRET_KEY",
+                "settings.ONLOOKER_PUBLIC_URL",
+                "settings.ONLOOKER_MAX_PUSH_BYTES",
+                "settings.ALLOWED_HOSTS",
+            ),
+            DEBUG="off",
+            SECRET_KEY="from-the-environment",
+            ONLOOKER_PUBLIC_URL="https://onlooker.example.com/",
+            ONLOOKER_MAX_PUSH_BYTES="2048",
+            ALLOWED_HOSTS="onlooker.example.com, internal.example.com",
+        )
+    )
+    debug, key, public_url, max_bytes, hosts = json.loads(output)
+    assert debug is False
+    assert key == "from-the-environment"
+    assert public_url == "https://onlooker.example.com"
+    assert max_bytes == 2048
+    assert hosts == ["onlooker.example.com", "internal.example.com"]
+
+
+def test_defaults_without_configuration(start):
+    output = started(
+        start(
+            show(
+                "settings.DEBUG",
+                "settings.ONLOOKER_PUBLIC_URL",
+                "settings.ONLOOKER_MAX_PUSH_BYTES",
+            )
+        )
+    )
+    assert json.loads(output) == [True, "http://127.0.0.1:8000", 1024 * 1024]
+
+
+def test_allowed_hosts_default_to_the_public_url_host(start):
+    output = started(
+        start(
+            show("settings.ALLOWED_HOSTS"),
+            SECRET_KEY="x",
+            ONLOOKER_PUBLIC_URL="https://onlooker.example.com",
+        )
+    )
+    assert "onlooker.example.com" in json.loads(output)[0]
+
+
+# --- the embedded default ---------------------------------------------------------------
+
+
+def test_embedded_default_generates_a_secret_key_and_keeps_it(start, data_dir):
+    first = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
+    key_file = data_dir / "secret_key"
+    assert key_file.read_text().strip() == first
+    assert len(first) >= 50
+    assert key_file.stat().st_mode & 0o077 == 0, "the key file is readable by others"
+
+    second = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
+    assert second == first
+
+
+def test_embedded_default_generates_a_different_key_per_data_directory(start, tmp_path):
+    first = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
+    other = tmp_path / "other"
+    second = json.loads(started(start(show("settings.SECRET_KEY"), ONLOOKER_DATA_DIR=str(other))))[
+        0
+    ]
+    assert second != first
+
+
+def test_empty_key_file_left_by_an_interrupted_start_is_replaced_by_a_new_key(start, data_dir):
+    data_dir.mkdir(parents=True)
+    (data_dir / "secret_key").write_text("")
+    [key] = json.loads(started(start(show("settings.SECRET_KEY"))))
+    assert len(key) >= 50
+    assert (data_dir / "secret_key").read_text() == key
+    assert (data_dir / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_secret_key_from_the_environment_wins_over_the_key_file(start, data_dir):
+    started(start())
+    output = started(start(show("settings.SECRET_KEY"), SECRET_KEY="from-the-environment"))
+    assert json.loads(output) == ["from-the-environment"]
+
+
+def test_embedded_default_uses_sqlite_in_wal_mode_in_the_data_directory(start, data_dir):
+    code = (
+        f"{SETUP}\n"
+        "from django.db import connection\n"
+        "with connection.cursor() as cursor:\n"
+        "    cursor.execute('PRAGMA journal_mode')\n"
+        "    print(connection.vendor, cursor.fetchone()[0], connection.settings_dict['NAME'])\n"
+    )
+    vendor, journal_mode, name = started(start(code)).split()
+    assert vendor == "sqlite"
+    assert journal_mode == "wal"
+    assert Path(name).parent == data_dir
+    assert Path(name).exists()
+
+
+def test_database_url_selects_postgresql(start):
+    output = started(
+        start(
+            show(
+                "settings.DATABASES['default']['ENGINE']",
+                "settings.DATABASES['default']['HOST']",
+                "settings.DATABASES['default']['NAME']",
+            ),
+            DATABASE_URL=POSTGRES_URL,
+            SECRET_KEY="x",
+        )
+    )
+    assert json.loads(output) == ["django.db.backends.postgresql", "127.0.0.1", "test"]
+
+
+LAYER = (
+    f"{SETUP}\n"
+    "from channels.layers import get_channel_layer\n"
+    "layer = get_channel_layer()\n"
+    "print(type(layer).__module__ + '.' + type(layer).__name__)\n"
+)
+
+
+def test_default_channel_layer_is_in_memory(start):
+    assert started(start(LAYER)).strip() == "channels.layers.InMemoryChannelLayer"
+
+
+def test_redis_url_selects_the_redis_channel_layer(start):
+    result = start(LAYER, REDIS_URL="redis://127.0.0.1:6379/0")
+    assert started(result).strip() == "channels_redis.core.RedisChannelLayer"
+    hosts = json.loads(
+        started(
+            start(
+                show("settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']"),
+                REDIS_URL="redis://127.0.0.1:6379/0",
+            )
+        )
+    )
+    assert hosts == [["redis://127.0.0.1:6379/0"]]
