@@ -9,6 +9,7 @@ with a message that names the field.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
@@ -44,6 +45,8 @@ PRE_1_0_STATES = frozenset(
     }
 )
 
+# \u0000 preceded by an even number of backslashes is a real escape, not escaped text.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _TIMESTAMP = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -162,13 +165,31 @@ class MessageEvent:
 Event = TaskSnapshot | StatusUpdate | ArtifactUpdate | MessageEvent
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return number
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def parse(raw: bytes) -> Event:
     try:
-        body = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        # Values must survive every store: PostgreSQL refuses NUL in text and jsonb, and
+        # non-finite numbers in jsonb.
+        body = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise BadBody("malformed body", "the body is not UTF-8 encoded JSON") from None
+    except RecursionError:
+        raise BadBody("malformed JSON", "the body nests too deeply") from None
     except ValueError as error:
         raise BadBody("malformed JSON", f"the body is not valid JSON: {error}") from None
+    if _NUL_ESCAPE.search(text):
+        raise BadBody("malformed JSON", "strings must not contain U+0000 (NUL)")
     if not isinstance(body, dict):
         raise BadBody("not a StreamResponse", "the body must be a JSON object")
     _refuse_pre_1_0(body)

@@ -52,7 +52,25 @@ def test_json_content_types_are_accepted(client, token_agent, content_type):
     assert push(client, token_agent, body, content_type=content_type).status_code == 200
 
 
+WORKING_UPDATE = (
+    b'{"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}'
+)
 BAD_BODIES = {
+    "nul-in-a-string": (
+        WORKING_UPDATE[:-1] + b', "message": {"messageId": "m", "role": "ROLE_AGENT", '
+        b'"parts": [{"text": "a\\u0000b"}]}}}}',
+        "U+0000",
+    ),
+    "infinite-number": (
+        b'{"artifactUpdate": {"taskId": "t", "contextId": "c", "artifact": '
+        b'{"artifactId": "a", "parts": [{"data": 1e999}]}}}',
+        "out of range",
+    ),
+    "nan-literal": (WORKING_UPDATE + b', "metadata": {"x": NaN}}', "not a JSON number"),
+    "deep-nesting": (
+        WORKING_UPDATE + b', "metadata": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        "nests too deeply",
+    ),
     "not-json": (b"{not json", "not valid JSON"),
     "not-utf8": (b'{"task": "\xff"}', "UTF-8"),
     "array": (b"[]", "JSON object"),
@@ -177,6 +195,16 @@ def test_pre_1_0_body_is_400_saying_so(client, token_agent, body):
 def test_signed_agent_gets_401_before_any_parsing(client, signed_agent):
     response = client.post(signed_agent.path, b"{not json", content_type="text/plain")
     assert_refused(response, 401, "unauthenticated")
+
+
+def test_escaped_backslash_before_u0000_is_ordinary_text(client, token_agent):
+    raw = (
+        b'{"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": '
+        b'"TASK_STATE_WORKING", "message": {"messageId": "m", "role": "ROLE_AGENT", '
+        b'"parts": [{"text": "C:\\\\u0000"}]}}}}'
+    )
+    assert push(client, token_agent, raw).status_code == 200
+    assert Task.objects.get().status_message == "C:\\u0000"
 
 
 def test_unknown_fields_and_empty_defaults_are_ignored(client, token_agent):
