@@ -213,7 +213,8 @@ class Interaction(models.Model):
         CLOSED = "closed", "closed by the agent"
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="interactions")
-    interaction_id = models.CharField(max_length=200)
+    # An agent's id (≤ 200), or "text:" + the message id for a core agent's question.
+    interaction_id = models.CharField(max_length=220)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     prompt = models.TextField(blank=True)
     detail = models.JSONField(null=True, blank=True)

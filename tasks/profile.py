@@ -20,6 +20,7 @@ EXTENSIONS = (INTERACTIONS, EFFECTS, PROGRESS, TELEMETRY, FILES)
 INTERACTION_KINDS = ("approval", "question", "connection")
 STEP_STATES = ("pending", "in_progress", "completed", "failed", "skipped")
 MAX_AGENT_STEPS = 20
+MAX_INTERACTION_ID = 200
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MISSING = object()
 
@@ -50,8 +51,11 @@ def read_interaction(value: Any, warnings: list[str]) -> OpenInteraction | None:
         warnings.append("interactions/v1: data must be an object; ignored")
         return None
     interaction_id, kind = value.get("interactionId"), value.get("kind")
-    if not _nonempty_str(interaction_id):
-        warnings.append("interactions/v1: interactionId is missing; ignored")
+    if not _nonempty_str(interaction_id) or len(interaction_id) > MAX_INTERACTION_ID:
+        warnings.append(
+            f"interactions/v1: interactionId is missing or over {MAX_INTERACTION_ID} characters;"
+            " ignored"
+        )
         return None
     if kind not in INTERACTION_KINDS:
         warnings.append(

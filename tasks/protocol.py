@@ -29,6 +29,8 @@ STATES = frozenset(
 )
 ROLES = frozenset({"ROLE_USER", "ROLE_AGENT"})
 MEMBERS = ("task", "message", "statusUpdate", "artifactUpdate")
+MAX_ID = 200  # taskId, contextId, messageId, artifactId: what the store keeps
+MAX_NAME = 300
 PART_KINDS = ("text", "data", "url", "raw")
 PRE_1_0_STATES = frozenset(
     {
@@ -207,15 +209,15 @@ def parse(raw: bytes) -> Event:
         return _task(member, "task")
     if name == "statusUpdate":
         return StatusUpdate(
-            task_id=_string(member, "taskId", name, required=True),
-            context_id=_string(member, "contextId", name, required=True),
+            task_id=_id(member, "taskId", name),
+            context_id=_id(member, "contextId", name),
             status=_status(member.get("status"), f"{name}.status"),
             metadata=_metadata(member, name),
         )
     if name == "artifactUpdate":
         return ArtifactUpdate(
-            task_id=_string(member, "taskId", name, required=True),
-            context_id=_string(member, "contextId", name, required=True),
+            task_id=_id(member, "taskId", name),
+            context_id=_id(member, "contextId", name),
             artifact=_artifact(member.get("artifact"), f"{name}.artifact"),
             append=_bool(member, "append", name),
             last_chunk=_bool(member, "lastChunk", name),
@@ -253,7 +255,9 @@ def _object(value: Any, path: str) -> dict:
     return value
 
 
-def _string(obj: dict, key: str, path: str, *, required: bool = False) -> str:
+def _string(
+    obj: dict, key: str, path: str, *, required: bool = False, limit: int | None = None
+) -> str:
     value = obj.get(key)
     if value is None or value == "":
         if required:
@@ -261,7 +265,13 @@ def _string(obj: dict, key: str, path: str, *, required: bool = False) -> str:
         return ""
     if not isinstance(value, str):
         raise BadBody("malformed field", f"{path}.{key} must be a string")
+    if limit is not None and len(value) > limit:
+        raise BadBody("malformed field", f"{path}.{key} is longer than {limit} characters")
     return value
+
+
+def _id(obj: dict, key: str, path: str, *, required: bool = True) -> str:
+    return _string(obj, key, path, required=required, limit=MAX_ID)
 
 
 def _bool(obj: dict, key: str, path: str) -> bool:
@@ -371,11 +381,11 @@ def _message(value: Any, path: str) -> Message:
     if not all(isinstance(e, str) for e in extensions):
         raise BadBody("malformed field", f"{path}.extensions must be a list of URIs")
     return Message(
-        message_id=_string(obj, "messageId", path, required=True),
+        message_id=_id(obj, "messageId", path),
         role=role,
         parts=_parts(obj, path, required=True),
-        context_id=_string(obj, "contextId", path),
-        task_id=_string(obj, "taskId", path),
+        context_id=_id(obj, "contextId", path, required=False),
+        task_id=_id(obj, "taskId", path, required=False),
         metadata=_metadata(obj, path),
         extensions=tuple(extensions),
     )
@@ -384,9 +394,9 @@ def _message(value: Any, path: str) -> Message:
 def _artifact(value: Any, path: str) -> Artifact:
     obj = _object(value, path)
     return Artifact(
-        artifact_id=_string(obj, "artifactId", path, required=True),
+        artifact_id=_id(obj, "artifactId", path),
         parts=_parts(obj, path, required=True),
-        name=_string(obj, "name", path),
+        name=_string(obj, "name", path, limit=MAX_NAME),
         description=_string(obj, "description", path),
         metadata=_metadata(obj, path),
     )
@@ -394,8 +404,8 @@ def _artifact(value: Any, path: str) -> Artifact:
 
 def _task(obj: dict, path: str) -> TaskSnapshot:
     return TaskSnapshot(
-        task_id=_string(obj, "id", path, required=True),
-        context_id=_string(obj, "contextId", path, required=True),
+        task_id=_id(obj, "id", path),
+        context_id=_id(obj, "contextId", path),
         status=_status(obj.get("status"), f"{path}.status"),
         artifacts=tuple(
             _artifact(a, f"{path}.artifacts[{i}]")

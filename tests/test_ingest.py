@@ -56,6 +56,14 @@ def test_same_webhook_id_from_two_agents_are_two_deliveries(client, token_agent,
     assert Delivery.objects.count() == 2
 
 
+def test_ids_at_their_length_limit_are_stored(client, token_agent):
+    body = status(
+        "INPUT_REQUIRED", task="t" * 200, context="c" * 200, at=1, text="?", message_id="m" * 200
+    )
+    send(client, token_agent, body)
+    assert Interaction.objects.get().interaction_id == "text:" + "m" * 200
+
+
 def test_very_long_webhook_id_is_accepted_and_still_deduplicated(client, token_agent):
     long_id = "x" * 500
     assert send(client, token_agent, status("WORKING", at=1), msg_id=long_id) == "applied"
@@ -182,8 +190,13 @@ def test_approval_on_the_wrong_interrupted_state_is_kept_with_a_warning(client, 
 
 @pytest.mark.parametrize(
     "data",
-    ["not an object", {"kind": "approval"}, {"interactionId": "i", "kind": "vote"}],
-    ids=["not-object", "no-id", "bad-kind"],
+    [
+        "not an object",
+        {"kind": "approval"},
+        {"interactionId": "i", "kind": "vote"},
+        {"interactionId": "i" * 201, "kind": "approval"},
+    ],
+    ids=["not-object", "no-id", "bad-kind", "id-too-long"],
 )
 def test_bad_interaction_data_is_a_warning_and_a_text_question(client, token_agent, data):
     body = status("AUTH_REQUIRED", at=1, text="ok?", metadata={profile.INTERACTIONS: data})

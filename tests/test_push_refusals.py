@@ -141,6 +141,21 @@ BAD_BODIES = {
         {"artifactUpdate": {"taskId": "t", "contextId": "c", "artifact": {"artifactId": "a"}}},
         "artifactUpdate.artifact.parts must have at least one part",
     ),
+    "task-id-too-long": (
+        {"statusUpdate": {"taskId": "t" * 201, "contextId": "c", "status": WORKING}},
+        "statusUpdate.taskId is longer than 200 characters",
+    ),
+    "message-id-too-long": (
+        {
+            "message": {
+                "messageId": "m" * 201,
+                "role": "ROLE_AGENT",
+                "contextId": "c",
+                "parts": [{"text": "x"}],
+            }
+        },
+        "message.messageId is longer than 200 characters",
+    ),
     "task-without-id": (
         {"task": {"contextId": "c", "status": WORKING}},
         "task.id is required",
