@@ -105,19 +105,46 @@ def read_progress(value: Any, warnings: list[str]) -> list[dict] | None:
     return plan
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+_INVALID = object()
 
 
-def _is_amount(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+def _count(value: Any) -> Any:
+    """A whole number ≥ 0. Agents on protobuf Structs (every Python a2a-sdk agent) send
+    every number as a float, so 3.0 is the count 3."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return _INVALID
 
 
-_TELEMETRY_FIELDS = {
-    "steps": _is_count,
-    "tokens": _is_count,
-    "costUsd": _is_amount,
-    "traceId": _nonempty_str,
+def _amount(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return value
+    return _INVALID
+
+
+def _text(value: Any) -> Any:
+    return value if _nonempty_str(value) else _INVALID
+
+
+def _version(value: Any) -> Any:
+    return value if _nonempty_str(value) else _count(value)
+
+
+def _sha256(value: Any) -> Any:
+    if isinstance(value, str) and _SHA256.match(value.lower()):
+        return value.lower()
+    return _INVALID
+
+
+_TELEMETRY_FIELDS = {"steps": _count, "tokens": _count, "costUsd": _amount, "traceId": _text}
+_FILES_FIELDS = {
+    "kind": _text,
+    "version": _version,
+    "size": _count,
+    "sha256": _sha256,
+    "path": _text,
 }
 
 
@@ -125,32 +152,21 @@ def read_telemetry(value: Any, warnings: list[str]) -> dict | None:
     return _read_fields("telemetry/v1", _TELEMETRY_FIELDS, value, warnings)
 
 
-_FILES_FIELDS = {
-    "kind": _nonempty_str,
-    "version": lambda v: _is_count(v) or _nonempty_str(v),
-    "size": _is_count,
-    "sha256": lambda v: isinstance(v, str) and bool(_SHA256.match(v.lower())),
-    "path": _nonempty_str,
-}
-
-
 def read_files(value: Any, warnings: list[str]) -> dict | None:
-    data = _read_fields("files/v1", _FILES_FIELDS, value, warnings)
-    if data and "sha256" in data:
-        data["sha256"] = data["sha256"].lower()
-    return data
+    return _read_fields("files/v1", _FILES_FIELDS, value, warnings)
 
 
-def _read_fields(name: str, checks: dict, value: Any, warnings: list[str]) -> dict | None:
+def _read_fields(name: str, fields: dict, value: Any, warnings: list[str]) -> dict | None:
     if not isinstance(value, dict):
         warnings.append(f"{name}: data must be an object; ignored")
         return None
     data = {}
-    for key, check in checks.items():
+    for key, normalize in fields.items():
         if key not in value:
             continue
-        if check(value[key]):
-            data[key] = value[key]
-        else:
+        normalized = normalize(value[key])
+        if normalized is _INVALID:
             warnings.append(f"{name}: {key} {value[key]!r} is not valid; dropped")
+        else:
+            data[key] = normalized
     return data or None

@@ -287,6 +287,25 @@ def test_telemetry_on_the_terminal_status_is_stored(client, token_agent):
     assert task().telemetry == {"steps": 7, "tokens": 12000, "costUsd": 0.42, "traceId": "tr-1"}
 
 
+def test_whole_numbers_sent_as_floats_are_counts(client, token_agent):
+    # Python a2a-sdk agents carry metadata in protobuf Structs: every number is a double.
+    data = {profile.TELEMETRY: {"steps": 3.0, "tokens": 1234.0, "costUsd": 0.5, "traceId": "t"}}
+    send(client, token_agent, artifact("a1", "x", files={**FILES, "version": 2.0, "size": 12.0}))
+    send(client, token_agent, status("COMPLETED", at=1, metadata=data))
+    assert task().telemetry == {"steps": 3, "tokens": 1234, "costUsd": 0.5, "traceId": "t"}
+    assert (Artifact.objects.get().files["version"], Artifact.objects.get().files["size"]) == (
+        2,
+        12,
+    )
+    assert not any(d.warnings for d in Delivery.objects.all())
+    send(
+        client,
+        token_agent,
+        status("COMPLETED", at=2, task="t2", metadata={profile.TELEMETRY: {"steps": 2.5}}),
+    )
+    assert Task.objects.get(task_id="t2").telemetry is None
+
+
 def test_bad_telemetry_fields_are_dropped_with_a_warning(client, token_agent):
     data = {profile.TELEMETRY: {"steps": -1, "tokens": "many", "costUsd": 0.5, "traceId": "t"}}
     send(client, token_agent, status("COMPLETED", at=1, metadata=data))

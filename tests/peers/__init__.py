@@ -1,0 +1,1 @@
+"""Real A2A peers that the end-to-end tests run as subprocesses on loopback."""
