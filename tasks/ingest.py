@@ -136,28 +136,30 @@ class _Applier:
     # -- sessions and tasks -------------------------------------------------------------
 
     def _lock_task(self, task_id: str, context_id: str) -> Task:
-        # One query locks the task and its session (PostgreSQL locks every joined row).
-        task = (
-            Task.objects.select_for_update()
-            .select_related("session")
-            .filter(agent=self.agent, task_id=task_id)
+        # One lock order everywhere: a writer locks the session row first and everything
+        # under it (tasks, interactions, transcript) is then serialized by that lock.
+        session = (
+            Session.objects.select_for_update(of=("self",))
+            .filter(agent=self.agent, tasks__task_id=task_id)
             .first()
         )
-        if task is None:
+        if session is None:
             session = self._lock_session(context_id)
-            task, _ = Task.objects.get_or_create(
-                agent=self.agent,
-                task_id=task_id,
-                defaults={
-                    "session": session,
-                    "state": TaskState.SUBMITTED,
-                    "status_received_at": self.now,
-                },
-            )
-            return task
+        self.session = session
+        task, _ = Task.objects.get_or_create(
+            agent=self.agent,
+            task_id=task_id,
+            defaults={
+                "session": session,
+                "state": TaskState.SUBMITTED,
+                "status_received_at": self.now,
+            },
+        )
+        if task.session_id != session.pk:
+            # Created meanwhile under another context: its own session is the one to lock.
+            self.session = Session.objects.select_for_update().get(pk=task.session_id)
         # Keyed on the task, never on the context: some SDKs put a fresh contextId on
         # follow-up pushes, and the task's session is the one it started in.
-        self.session = task.session
         if context_id != self.session.context_id:
             self.warnings.append(
                 f"contextId {context_id!r} differs from the task's {self.session.context_id!r};"
