@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP through Django, with oversized pushes refused before their body
-is read. WebSocket routing joins here when live views arrive."""
+"""ASGI entry point: pushes answered by `PushReceiver`, everything else through Django.
+WebSocket routing joins here when live views arrive."""
 
 import os
 
@@ -10,6 +10,6 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
 
-from tasks.webhooks import PushBodyLimit  # noqa: E402
+from tasks.webhooks import PushReceiver  # noqa: E402
 
-application = ProtocolTypeRouter({"http": PushBodyLimit(django_application)})
+application = ProtocolTypeRouter({"http": PushReceiver(django_application)})

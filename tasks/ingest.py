@@ -69,30 +69,31 @@ def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Resu
     """Store the delivery and apply its event in one transaction; broadcast after commit."""
     agent = endpoint.agent
     now = timezone.now()
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                delivery = Delivery.objects.create(
-                    agent=agent,
-                    endpoint=endpoint,
-                    idempotency_key=key,
-                    received_at=now,
-                    kind=event.kind,
-                    task_id=event.task_id,
-                    body=body.decode(),
-                    outcome=Delivery.Outcome.APPLIED,
-                )
-        except IntegrityError:
-            delivery = Delivery.objects.get(agent=agent, idempotency_key=key)
-            Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
-            return Result(delivery, duplicate=True)
-        applier = _Applier(agent, now)
-        outcome = applier.run(event)
-        delivery.outcome = outcome
-        delivery.warnings = applier.warnings
-        delivery.save(update_fields=["outcome", "warnings"])
-        if applier.session is not None:
-            broadcast.session_changed(applier.session, team_id=agent.team_id)
+    try:
+        with transaction.atomic():
+            applier = _Applier(agent, now)
+            outcome = applier.run(event)
+            # Inserted last, with its outcome: the unique key refuses a second copy, and a
+            # duplicate (sequential or concurrent) rolls its whole transaction back.
+            delivery = Delivery.objects.create(
+                agent=agent,
+                endpoint=endpoint,
+                idempotency_key=key,
+                received_at=now,
+                kind=event.kind,
+                task_id=event.task_id,
+                body=body.decode(),
+                outcome=outcome,
+                warnings=applier.warnings,
+            )
+            if applier.session is not None:
+                broadcast.session_changed(applier.session, team_id=agent.team_id)
+    except IntegrityError:
+        delivery = Delivery.objects.filter(agent=agent, idempotency_key=key).first()
+        if delivery is None:
+            raise
+        Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
+        return Result(delivery, duplicate=True)
     return Result(delivery, duplicate=False)
 
 
@@ -115,6 +116,7 @@ class _Applier:
     now: datetime
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
+    interactions_changed: bool = False
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -183,9 +185,10 @@ class _Applier:
         )
         if latest is not None:
             session.state = latest.state
-        session.needs_human = Interaction.objects.filter(
-            task__session=session, state=Interaction.State.OPEN
-        ).exists()
+        if self.interactions_changed:
+            session.needs_human = Interaction.objects.filter(
+                task__session=session, state=Interaction.State.OPEN
+            ).exists()
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
 
@@ -212,8 +215,9 @@ class _Applier:
 
         if status.message is not None:
             self._transcript(task, status.message, at, estimated=status.timestamp is None)
-        if status.timestamp is not None:
-            # Messages we could only date by receipt came before this status.
+        if status.timestamp is not None and task.status_timestamp is None:
+            # The task's first dated status: messages dated only by their receipt (the
+            # user's, in a snapshot that raced the agent's first update) came before it.
             Message.objects.filter(task=task, estimated_time=True, at__gt=at).update(
                 at=at - timedelta(microseconds=1)
             )
@@ -294,16 +298,20 @@ class _Applier:
         )
         if not current:
             return
+        self.interactions_changed = True
         if not created and interaction.state == Interaction.State.CLOSED:
             interaction.state = Interaction.State.OPEN
             interaction.save(update_fields=["state"])
         self._close_interactions(task, keep=interaction)
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
+        if not self.session.needs_human:
+            return  # nothing is open anywhere in the session
         still_open = task.interactions.filter(state=Interaction.State.OPEN)
         if keep is not None:
             still_open = still_open.exclude(pk=keep.pk)
-        still_open.update(state=Interaction.State.CLOSED)
+        if still_open.update(state=Interaction.State.CLOSED):
+            self.interactions_changed = True
 
     # -- transcript -----------------------------------------------------------------------
 
@@ -311,19 +319,29 @@ class _Applier:
         self, task: Task | None, message: p.Message, at: datetime, *, estimated: bool
     ) -> None:
         session = self.session
-        if Message.objects.filter(session=session, message_id=message.message_id).exists():
-            return
         text = message.text
         if not text:
             return
-        Message.objects.create(
-            session=session,
-            task=task,
-            message_id=message.message_id,
-            role=message.role,
-            text=text,
-            at=at,
-            estimated_time=estimated,
+        if estimated and task is not None and task.status_timestamp is not None:
+            # Dated only by receipt, after the task's dated statuses began: keep it before
+            # the first of them rather than after the agent's answers.
+            first = task.message_set.filter(estimated_time=False).order_by("at").first()
+            if first is not None and first.at <= at:
+                at = first.at - timedelta(microseconds=1)
+        # A message already in the transcript (a snapshot repeating history) is skipped.
+        Message.objects.bulk_create(
+            [
+                Message(
+                    session=session,
+                    task=task,
+                    message_id=message.message_id,
+                    role=message.role,
+                    text=text,
+                    at=at,
+                    estimated_time=estimated,
+                )
+            ],
+            ignore_conflicts=True,
         )
         if not session.title and message.role == Message.Role.USER:
             session.title = text.strip().splitlines()[0][:200]

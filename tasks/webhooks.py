@@ -7,15 +7,19 @@ agent's `Refusal` row. An accepted one is committed before the 2xx goes out.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
+from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
@@ -24,7 +28,6 @@ from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 
 log = logging.getLogger(__name__)
 
-PUSH_PATH_PREFIX = "/a2a/push/"
 CONTENT_TYPES = ("application/json", "application/a2a+json")
 SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 
@@ -36,38 +39,50 @@ class Refused(Exception):
     error: str
     detail: str
 
-    def response(self) -> JsonResponse:
-        return error_response(self.status, self.error, self.detail)
+    def as_json(self) -> dict:
+        return {"error": self.error, "detail": self.detail}
 
 
 def error_response(status: int, error: str, detail: str) -> JsonResponse:
     return JsonResponse({"error": error, "detail": detail}, status=status)
 
 
-@csrf_exempt
-def receive_push(request: HttpRequest, endpoint_id: str) -> JsonResponse:
-    if request.method != "POST":
-        response = error_response(405, "method not allowed", "pushes are POSTed")
-        response["Allow"] = "POST"
-        return response
+def handle_push(
+    endpoint_id: str, headers: Mapping[str, str], read_body: Callable[[], bytes]
+) -> tuple[int, dict]:
+    """The whole receiver, shared by the ASGI fast path and the Django view: (status, JSON)."""
     endpoint = _endpoint(endpoint_id)
     if endpoint is None:
-        return error_response(404, "unknown push endpoint", f"no push endpoint {endpoint_id!r}")
+        return 404, {
+            "error": "unknown push endpoint",
+            "detail": f"no push endpoint {endpoint_id!r}",
+        }
     try:
-        body = _body(request)
-        _authenticate(endpoint.agent, endpoint, request, body)
-        _check_content_type(request)
+        body = _body(headers, read_body)
+        _authenticate(endpoint.agent, endpoint, headers, body)
+        _check_content_type(headers)
         try:
             event = protocol.parse(body)
         except protocol.BadBody as bad:
             raise Refused(400, "malformed", bad.error, bad.detail) from None
     except Refused as refused:
         count_refusal(endpoint.agent, refused.reason, refused.detail)
-        return refused.response()
-    key = ingest.idempotency_key(request.headers.get("webhook-id"), body)
+        return refused.status, refused.as_json()
+    key = ingest.idempotency_key(headers.get("webhook-id"), body)
     result = ingest.apply(endpoint, key, body, event)
     outcome = "duplicate" if result.duplicate else result.delivery.outcome
-    return JsonResponse({"outcome": outcome, "delivery": result.delivery.pk})
+    return 200, {"outcome": outcome, "delivery": result.delivery.pk}
+
+
+@csrf_exempt
+def receive_push(request: HttpRequest, endpoint_id: str) -> JsonResponse:
+    """The receiver as a Django view (test client, WSGI); under ASGI `PushReceiver` answers."""
+    if request.method != "POST":
+        response = error_response(405, "method not allowed", "pushes are POSTed")
+        response["Allow"] = "POST"
+        return response
+    status, data = handle_push(endpoint_id, request.headers, lambda: request.body)
+    return JsonResponse(data, status=status)
 
 
 def _endpoint(endpoint_id: str) -> PushEndpoint | None:
@@ -83,26 +98,28 @@ def _too_large(size: int) -> Refused:
     return Refused(413, "too_large", "body too large", f"{size} bytes; the limit is {limit}")
 
 
-def _body(request: HttpRequest) -> bytes:
-    declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > settings.ONLOOKER_MAX_PUSH_BYTES:
+def _body(headers: Mapping[str, str], read_body: Callable[[], bytes]) -> bytes:
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > settings.ONLOOKER_MAX_PUSH_BYTES:
         raise _too_large(int(declared))
-    body = request.body
+    body = read_body()
     if len(body) > settings.ONLOOKER_MAX_PUSH_BYTES:
         raise _too_large(len(body))
     return body
 
 
-def _authenticate(agent: Agent, endpoint: PushEndpoint, request: HttpRequest, body: bytes) -> None:
+def _authenticate(
+    agent: Agent, endpoint: PushEndpoint, headers: Mapping[str, str], body: bytes
+) -> None:
     if agent.signing_secrets:
         # An agent that signs must always sign: a valid token alone is a downgrade.
-        _verify_signature(agent.signing_secrets, request, body)
+        _verify_signature(agent.signing_secrets, headers, body)
         return
-    authorization = request.headers.get("Authorization", "")
+    authorization = headers.get("Authorization", "")
     scheme, _, credentials = authorization.partition(" ")
     if scheme.lower() == "bearer" and matches_digest(credentials.strip(), endpoint.bearer_digest):
         return
-    token = request.headers.get("X-A2A-Notification-Token", "")
+    token = headers.get("X-A2A-Notification-Token", "")
     if token and matches_digest(token, endpoint.token_digest):
         return
     detail = "expected Authorization: Bearer <credentials> or X-A2A-Notification-Token"
@@ -111,8 +128,8 @@ def _authenticate(agent: Agent, endpoint: PushEndpoint, request: HttpRequest, bo
     raise Refused(401, "unauthenticated", "unauthenticated", detail)
 
 
-def _verify_signature(secrets: list[str], request: HttpRequest, body: bytes) -> None:
-    headers = {name: request.headers.get(name, "") for name in SIGNATURE_HEADERS}
+def _verify_signature(secrets: list[str], all_headers: Mapping[str, str], body: bytes) -> None:
+    headers = {name: all_headers.get(name, "") for name in SIGNATURE_HEADERS}
     missing = [name for name, value in headers.items() if not value]
     if missing:
         raise Refused(
@@ -145,8 +162,8 @@ def _signature_problem(error: Exception) -> str:
     return "webhook-signature is malformed (expected space-separated v1,<base64> entries)"
 
 
-def _check_content_type(request: HttpRequest) -> None:
-    content_type = (request.content_type or "").lower()
+def _check_content_type(headers: Mapping[str, str]) -> None:
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in CONTENT_TYPES:
         raise Refused(
             415,
@@ -174,57 +191,74 @@ def _count_oversize(endpoint_id: str, size: int) -> None:
         count_refusal(endpoint.agent, "too_large", _too_large(size).detail)
 
 
-class PushBodyLimit:
-    """ASGI wrapper: refuse an oversized push before Django reads its body into memory.
+class PushReceiver:
+    """ASGI wrapper that answers pushes itself and passes everything else to Django.
 
-    A declared Content-Length over the limit is refused at once; a chunked body is read up to
-    the limit and refused as soon as it passes it.
+    A push needs none of the page middleware (sessions, CSRF, messages), and under ASGI each
+    sync middleware costs a thread hop: answering here does the whole push in one hop to the
+    same `handle_push` the Django view calls. An oversized body is refused before it is read:
+    a declared Content-Length over the limit at once, a chunked body as soon as it passes it.
     """
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if not (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"].startswith(PUSH_PATH_PREFIX)
-        ):
+        match = _PUSH_PATH.match(scope["path"]) if scope["type"] == "http" else None
+        if match is None or scope["method"] != "POST":
             return await self.app(scope, receive, send)
+        endpoint_id = match["endpoint"]
         limit = settings.ONLOOKER_MAX_PUSH_BYTES
-        endpoint_id = scope["path"][len(PUSH_PATH_PREFIX) :].strip("/")
-        declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None:
-            if declared.isdigit() and int(declared) > limit:
-                return await self._refuse(send, endpoint_id, int(declared))
-            return await self.app(scope, receive, send)
+        headers = _asgi_headers(scope)
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return await self._refuse_oversize(send, endpoint_id, int(declared))
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return None
+                return None  # the client went away
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                return await self._refuse(send, endpoint_id, size)
+                return await self._refuse_oversize(send, endpoint_id, size)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        body = b"".join(chunks)
+        status, data = await sync_to_async(_handle_in_thread)(endpoint_id, headers, body)
+        await _send_json(send, status, data)
 
-        async def replay_receive():
-            return replay.pop() if replay else await receive()
-
-        return await self.app(scope, replay_receive, send)
-
-    async def _refuse(self, send, endpoint_id: str, size: int) -> None:
+    async def _refuse_oversize(self, send, endpoint_id: str, size: int) -> None:
         await sync_to_async(_count_oversize)(endpoint_id, size)
-        response = _too_large(size).response()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-            }
-        )
-        await send({"type": "http.response.body", "body": response.content})
+        refused = _too_large(size)
+        await _send_json(send, refused.status, refused.as_json(), close=True)
+
+
+_PUSH_PATH = re.compile(r"^/a2a/push/(?P<endpoint>[^/]+)/$")
+
+
+def _asgi_headers(scope) -> CaseInsensitiveMapping:
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        # Repeated headers are joined as Django joins them.
+        headers[name] = f"{headers[name]},{value}" if name in headers else value
+    return CaseInsensitiveMapping(headers)
+
+
+def _handle_in_thread(endpoint_id: str, headers: Mapping[str, str], body: bytes):
+    # What Django's request_started/request_finished signals do for a view.
+    close_old_connections()
+    try:
+        return handle_push(endpoint_id, headers, lambda: body)
+    finally:
+        close_old_connections()
+
+
+async def _send_json(send, status: int, data: dict, *, close: bool = False) -> None:
+    headers = [(b"content-type", b"application/json")]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps(data).encode()})

@@ -13,7 +13,7 @@ from channels.layers import channel_layers, get_channel_layer
 from dashboard.asgi import application
 from tasks.models import Delivery, Refusal
 from tests.builders import status
-from tests.conftest import make_agent, push
+from tests.conftest import make_agent, push, sign_headers
 
 
 @pytest.fixture
@@ -143,3 +143,42 @@ def test_push_is_accepted_and_stored_while_the_channel_layer_is_down(
         response = push(client, token_agent, status("WORKING", at=1))
     assert response.status_code == 200
     assert Delivery.objects.get().outcome == "applied"
+
+
+def asgi_request(path: str, headers: list[tuple[bytes, bytes]], body: bytes, method="POST"):
+    async def scenario():
+        scope = {**http_scope(path, headers), "method": method}
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": body, "more_body": False})
+        start = await communicator.receive_output(timeout=5)
+        response = await communicator.receive_output(timeout=5)
+        await communicator.wait(timeout=5)
+        return start["status"], {k.lower(): v for k, v in start["headers"]}, response["body"]
+
+    return async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_asgi_path_answers_pushes_as_the_view_does():
+    registered = make_agent(signing=True)
+    raw = json.dumps(status("WORKING", at=1)).encode()
+    signed = [(k.encode(), v.encode()) for k, v in sign_headers(registered.secret, raw).items()]
+    json_type = [(b"content-type", b"application/json")]
+
+    code, headers, body = asgi_request(registered.path, json_type + signed, raw)
+    assert (code, json.loads(body)["outcome"]) == (200, "applied")
+    assert headers[b"content-type"] == b"application/json"
+
+    code, _, body = asgi_request(registered.path, json_type + signed, raw)
+    assert (code, json.loads(body)["outcome"]) == (200, "duplicate")
+
+    bearer = [(b"authorization", f"Bearer {registered.bearer}".encode())]
+    code, _, body = asgi_request(registered.path, json_type + bearer, raw)
+    assert (code, json.loads(body)["error"]) == (401, "signature required")
+
+    code, _, body = asgi_request("/a2a/push/unknown/", json_type + signed, raw)
+    assert (code, json.loads(body)["error"]) == (404, "unknown push endpoint")
+
+    code, headers, _ = asgi_request(registered.path, [], b"", method="GET")
+    assert (code, headers[b"allow"]) == (405, b"POST")
+    assert Delivery.objects.count() == 1
