@@ -28,6 +28,7 @@ class Registration:
     push_token: str
     push_bearer: str
     signing_secret: str | None
+    api_token: str
 
     def as_json(self) -> dict:
         return {
@@ -36,6 +37,7 @@ class Registration:
             "push_token": self.push_token,
             "push_bearer": self.push_bearer,
             "signing_secret": self.signing_secret,
+            "api_token": self.api_token,
         }
 
 
@@ -87,6 +89,7 @@ def register(
         card = a2a_client.fetch_card(card_url)
     except a2a_client.A2AError as error:
         raise RegistrationError(str(error)) from None
+    api_token = new_api_token()
     with transaction.atomic():
         agent = Agent.objects.create(
             name=name.strip() or card.name,
@@ -99,9 +102,22 @@ def register(
             signing_secret=signing_secret,
             team=Group.objects.get_or_create(name=team.strip())[0] if team.strip() else None,
             card_fetched_at=timezone.now(),
+            api_token_digest=digest(api_token),
         )
         endpoint, token, bearer = new_endpoint(agent)
-    return Registration(agent, endpoint, token, bearer, signing_secret or None)
+    return Registration(agent, endpoint, token, bearer, signing_secret or None, api_token)
+
+
+def new_api_token() -> str:
+    # The prefix makes a leaked token recognisable (and greppable) for what it is.
+    return "onl_" + secrets.token_urlsafe(32)
+
+
+def agent_for_api_token(token: str) -> Agent | None:
+    if not token.startswith("onl_"):
+        return None
+    # A digest lookup: the index finds it, and no comparison leaks timing about the token.
+    return Agent.objects.filter(api_token_digest=digest(token)).first()
 
 
 def new_endpoint(agent: Agent) -> tuple[PushEndpoint, str, str]:

@@ -27,10 +27,11 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def session_changed(session: Session, *, team_id: int | None) -> None:
+def session_changed(session: Session, *, team_id: int | None, revision: int | None) -> None:
     message = {
         "type": "session.changed",
         "session": session.pk,
+        "revision": revision,
         "state": session.state,
         "needsHuman": session.needs_human,
     }

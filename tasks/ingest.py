@@ -22,7 +22,7 @@ from django.db.models import F, Max
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks import broadcast, profile
+from tasks import broadcast, cards, profile
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -39,6 +39,7 @@ from tasks.models import (
 )
 
 CURRENT, HISTORY, AFTER_TERMINAL = "current", "history", "after_terminal"
+RECENT_TASKS = 20
 _OUTCOMES = {
     CURRENT: Delivery.Outcome.APPLIED,
     HISTORY: Delivery.Outcome.STALE,
@@ -87,7 +88,9 @@ def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Resu
                 warnings=applier.warnings,
             )
             if applier.session is not None:
-                broadcast.session_changed(applier.session, team_id=agent.team_id)
+                broadcast.session_changed(
+                    applier.session, team_id=agent.team_id, revision=applier.card_revision
+                )
     except IntegrityError:
         delivery = Delivery.objects.filter(agent=agent, idempotency_key=key).first()
         if delivery is None:
@@ -117,6 +120,7 @@ class _Applier:
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
     interactions_changed: bool = False
+    card_revision: int | None = None
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -178,19 +182,22 @@ class _Applier:
 
     def _refresh_session(self) -> None:
         session = self.session
-        latest = (
-            session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at"))
-            .order_by("-at", "-id")
-            .first()
+        # The newest tasks (turns) hold everything the session and its card show.
+        tasks = list(
+            session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at")).order_by(
+                "-at", "-id"
+            )[:RECENT_TASKS]
         )
-        if latest is not None:
-            session.state = latest.state
+        if tasks:
+            session.state = tasks[0].state
         if self.interactions_changed:
             session.needs_human = Interaction.objects.filter(
                 task__session=session, state=Interaction.State.OPEN
             ).exists()
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
+        card = cards.from_session(session, tasks).card
+        self.card_revision = card.revision if card else None
 
     # -- statuses -------------------------------------------------------------------------
 
@@ -223,6 +230,7 @@ class _Applier:
             )
         self._effects(task, metadatas)
         self._plan(task, metadatas, status.timestamp)
+        self._note(task, status)
 
         current = placement == CURRENT
         if status.state in INTERRUPTED_STATES:
@@ -247,6 +255,18 @@ class _Applier:
         effect = profile.read_uncertain(value, self.warnings)
         if effect and effect not in task.uncertain_effects:
             task.uncertain_effects = [*task.uncertain_effects, effect]
+
+    def _note(self, task: Task, status: p.Status) -> None:
+        """The card's note: the latest status text that is not a question. A message of an
+        interrupted state, or one that opens an interaction, is the interaction's prompt."""
+        message = status.message
+        if message is None or not message.text or status.state in INTERRUPTED_STATES:
+            return
+        if profile.find(profile.INTERACTIONS, message.metadata) is not None:
+            return
+        if _newer(status.timestamp, task.note_timestamp):
+            task.note = message.text
+            task.note_timestamp = status.timestamp or task.note_timestamp
 
     def _plan(self, task: Task, metadatas: tuple[dict, ...], timestamp: datetime | None) -> None:
         value = profile.find(profile.PROGRESS, *metadatas)

@@ -61,6 +61,8 @@ class Agent(models.Model):
     # Standard Webhooks secrets (whsec_…). Two during a rotation; never displayed.
     signing_secret = models.CharField(max_length=200, blank=True)
     previous_signing_secret = models.CharField(max_length=200, blank=True)
+    # The agent's token for Onlooker's card API, kept as a digest; shown once when made.
+    api_token_digest = models.CharField(max_length=64, blank=True, db_index=True)
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL)
     card_fetched_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -150,6 +152,9 @@ class Task(models.Model):
     status_timestamp = models.DateTimeField(null=True, blank=True)
     status_received_at = models.DateTimeField()
     status_message = models.TextField(blank=True)
+    # The card's note: the latest status message that is not a question.
+    note = models.TextField(blank=True)
+    note_timestamp = models.DateTimeField(null=True, blank=True)
     plan = models.JSONField(default=list, blank=True)
     plan_timestamp = models.DateTimeField(null=True, blank=True)
     telemetry = models.JSONField(null=True, blank=True)
@@ -289,3 +294,38 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:40]}"
+
+
+class Card(models.Model):
+    """A session's progress card. Written only by `cards.py`; `html` is the sanitized
+    rendering of `markdown`, made once at write time. A cleared card stays as a tombstone
+    (no plan, no markdown) so its revisions continue."""
+
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="card")
+    revision = models.PositiveIntegerField()
+    plan = models.JSONField(null=True, blank=True)
+    markdown = models.TextField(blank=True)
+    markdown_sha256 = models.CharField(max_length=64, blank=True)
+    html = models.TextField(blank=True)
+    # What an A2A session's card shows beside plan and note: state, the open question,
+    # uncertain effects, cost and trace id.
+    facts = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"card of {self.session} (rev {self.revision})"
+
+    @property
+    def is_cleared(self) -> bool:
+        return self.plan is None and not self.markdown and not self.facts
+
+    def as_json(self) -> dict | None:
+        if self.is_cleared:
+            return None
+        return {
+            "revision": self.revision,
+            "updatedAt": self.updated_at,
+            "plan": self.plan,
+            "markdown": self.markdown or None,
+            "html": self.html,
+        }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tasks import api, views, webhooks
+from tasks import api, card_api, views, webhooks
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -8,4 +8,5 @@ urlpatterns = [
     path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
+    path("api/progress-card", card_api.progress_card, name="api-progress-card"),
 ]

@@ -240,7 +240,15 @@ def test_json_output_is_exactly_one_object_with_the_push_details(card_server):
     output = add_agent(card_server.base_url, "--json")
     result = json.loads(output)
     assert output.strip().count("\n") == 0, "more than the one JSON object was printed"
-    assert set(result) == {"agent", "push_url", "push_token", "push_bearer", "signing_secret"}
+    assert set(result) == {
+        "agent",
+        "push_url",
+        "push_token",
+        "push_bearer",
+        "signing_secret",
+        "api_token",
+    }
+    assert result["api_token"].startswith("onl_")
     agent = Agent.objects.get()
     endpoint = agent.endpoints.get()
     assert result["agent"] == agent.pk

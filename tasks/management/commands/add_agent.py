@@ -44,6 +44,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Push URL:        {result['push_url']}")
         self.stdout.write(f"Push token:      {result['push_token']}")
         self.stdout.write(f"Push bearer:     {result['push_bearer']}")
+        self.stdout.write(f"Card API token:  {result['api_token']}")
         if result["signing_secret"]:
             self.stdout.write(f"Signing secret:  {result['signing_secret']}")
             self.stdout.write(

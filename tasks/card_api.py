@@ -1,0 +1,107 @@
+"""The card API, for agents that write their progress card directly (OpenClaw-style):
+`POST /api/progress-card` and `GET /api/progress-card?sessionKey=…`, with the agent's API
+token as `Authorization: Bearer`."""
+
+from __future__ import annotations
+
+import json
+
+from django.db import transaction
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from tasks import broadcast, cards
+from tasks.agents import agent_for_api_token
+from tasks.models import Agent, Session
+
+# Far over anything valid (8 KiB of markdown and 50 steps of 512 bytes, JSON-escaped):
+# refused before it is parsed.
+MAX_BODY_BYTES = 256 * 1024
+MAX_SESSION_KEY = 200
+
+
+def _error(status: int, error: str, field: str | None = None) -> JsonResponse:
+    body = {"error": error}
+    if field is not None:
+        body["field"] = field
+    return JsonResponse(body, status=status)
+
+
+def _agent(request: HttpRequest) -> Agent | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return agent_for_api_token(token.strip())
+
+
+def _session_key(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise cards.CardError("sessionKey", "sessionKey must be a non-empty string")
+    if len(value) > MAX_SESSION_KEY:
+        raise cards.CardError("sessionKey", f"sessionKey is longer than {MAX_SESSION_KEY}")
+    return value
+
+
+@csrf_exempt
+def progress_card(request: HttpRequest) -> JsonResponse:
+    agent = _agent(request)
+    if agent is None:
+        return _error(401, "a valid agent API token is required as Authorization: Bearer")
+    if request.method == "GET":
+        return _read(agent, request.GET.get("sessionKey"))
+    if request.method == "POST":
+        return _write(agent, request)
+    response = _error(405, "use GET or POST")
+    response["Allow"] = "GET, POST"
+    return response
+
+
+def _read(agent: Agent, key: str | None) -> JsonResponse:
+    try:
+        key = _session_key(key)
+    except cards.CardError as error:
+        return _error(400, error.message, error.field)
+    session = Session.objects.filter(agent=agent, context_id=key).select_related("card").first()
+    card = getattr(session, "card", None) if session else None
+    return JsonResponse({"card": card.as_json() if card else None})
+
+
+def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if (declared.isdigit() and int(declared) > MAX_BODY_BYTES) or len(
+        request.body
+    ) > MAX_BODY_BYTES:
+        return _error(413, f"the body is over {MAX_BODY_BYTES} bytes; a card is far smaller")
+    try:
+        data = json.loads(request.body)
+    except (ValueError, RecursionError):
+        return _error(400, "the body must be a JSON object")
+    if not isinstance(data, dict):
+        return _error(400, "the body must be a JSON object")
+    try:
+        unknown = sorted(set(data) - {"sessionKey", "plan", "markdown"})
+        if unknown:
+            raise cards.CardError(unknown[0], f"{unknown[0]} is not a card field")
+        key = _session_key(data.get("sessionKey"))
+        plan, markdown = cards.normalize(data.get("plan"), data.get("markdown"))
+    except cards.CardError as error:
+        return _error(400, error.message, error.field)
+    now = timezone.now()
+    with transaction.atomic():
+        session, _ = Session.objects.get_or_create(
+            agent=agent, context_id=key, defaults={"updated_at": now}
+        )
+        session = Session.objects.select_for_update().get(pk=session.pk)
+        card = cards.store(session, plan, markdown, facts=None, only_if_changed=False).card
+        if card is not None:
+            session.updated_at = now
+            session.save(update_fields=["updated_at"])
+            broadcast.session_changed(session, team_id=agent.team_id, revision=card.revision)
+    return JsonResponse(
+        {
+            "revision": card.revision if card else None,
+            "steps": cards.step_counts(card.plan) if card else None,
+            "receipt": cards.receipt(card),
+        }
+    )

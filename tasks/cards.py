@@ -1,0 +1,377 @@
+"""The progress card: one durable, sanitized status card per session. The only writer of cards.
+
+Rules (PROTOCOL.md §4): limits in UTF-8 bytes measured before stripping (8,192 markdown, 512
+per step, 50 steps), at most one step in progress, every write replaces the whole card, an
+empty write clears it (the row stays as a tombstone so revisions continue), the revision goes
+up by exactly one per write. Markdown is rendered and sanitized here, once, when it is
+written; pages and live messages show the stored HTML.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import bleach
+from bleach import html5lib_shim
+from django.db import transaction
+from django.utils import timezone
+from markdown_it import MarkdownIt
+
+from tasks.models import Card, Interaction, Session, Task
+
+MAX_MARKDOWN_BYTES = 8192
+MAX_STEP_BYTES = 512
+MAX_STEPS = 50
+STEP_STATUSES = ("pending", "in_progress", "completed", "failed", "skipped")
+
+# Invisible and bidi-control characters: zero-width, embeddings and overrides, invisible
+# operators, the bidi isolates (U+2066–U+2069), deprecated format controls, BOM, tag
+# characters, Arabic letter mark, soft hyphen, Mongolian vowel separator.
+_INVISIBLE_RANGES = (
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x2069),
+    (0x206A, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xE0000, 0xE007F),
+    (0x061C, 0x061C),
+    (0x00AD, 0x00AD),
+    (0x180E, 0x180E),
+)
+INVISIBLE = frozenset(c for low, high in _INVISIBLE_RANGES for c in range(low, high + 1))
+_STRIP_TABLE = dict.fromkeys(INVISIBLE)
+
+
+class CardError(ValueError):
+    """A card write broke a rule; `field` names where (`plan[3].step`, `markdown`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def strip_invisible(text: str) -> str:
+    return text.translate(_STRIP_TABLE)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+def normalize(plan: Any, markdown: Any) -> tuple[list[dict] | None, str | None]:
+    """Check a write and return what is stored: (plan or None, markdown or None)."""
+    return _normalize_plan(plan), _normalize_markdown(markdown)
+
+
+def _normalize_markdown(markdown: Any) -> str | None:
+    if markdown is None:
+        return None
+    if not isinstance(markdown, str):
+        raise CardError("markdown", "markdown must be a string")
+    if _utf8_len(markdown) > MAX_MARKDOWN_BYTES:
+        raise CardError("markdown", f"markdown must be at most {MAX_MARKDOWN_BYTES} UTF-8 bytes")
+    markdown = strip_invisible(markdown)
+    return markdown if markdown.strip() else None
+
+
+def _normalize_plan(plan: Any) -> list[dict] | None:
+    if plan is None:
+        return None
+    if not isinstance(plan, list):
+        raise CardError("plan", "plan must be a list of steps")
+    if len(plan) > MAX_STEPS:
+        raise CardError("plan", f"plan can contain at most {MAX_STEPS} steps")
+    steps = [_normalize_step(index, step) for index, step in enumerate(plan)]
+    if sum(step["status"] == "in_progress" for step in steps) > 1:
+        raise CardError("plan", "plan can contain at most one in_progress step")
+    return steps or None
+
+
+def _normalize_step(index: int, step: Any) -> dict:
+    where = f"plan[{index}]"
+    if not isinstance(step, dict):
+        raise CardError(where, f"{where} must be an object with step and status")
+    unknown = sorted(set(step) - {"step", "status", "note"})
+    if unknown:
+        raise CardError(f"{where}.{unknown[0]}", f"{where}.{unknown[0]} is not a step field")
+    text = step.get("step")
+    if not isinstance(text, str):
+        raise CardError(f"{where}.step", f"{where}.step must be a string")
+    if _utf8_len(text) > MAX_STEP_BYTES:
+        raise CardError(
+            f"{where}.step", f"{where}.step must be at most {MAX_STEP_BYTES} UTF-8 bytes"
+        )
+    text = strip_invisible(text)
+    if not text.strip():
+        raise CardError(f"{where}.step", f"{where}.step must not be empty")
+    status = step.get("status")
+    if status not in STEP_STATUSES:
+        raise CardError(
+            f"{where}.status", f"{where}.status must be one of {', '.join(STEP_STATUSES)}"
+        )
+    normalized = {"step": text, "status": status}
+    note = step.get("note")
+    if note is not None:
+        if not isinstance(note, str):
+            raise CardError(f"{where}.note", f"{where}.note must be a string")
+        if _utf8_len(note) > MAX_STEP_BYTES:
+            raise CardError(
+                f"{where}.note", f"{where}.note must be at most {MAX_STEP_BYTES} UTF-8 bytes"
+            )
+        note = strip_invisible(note)
+        if note.strip():
+            normalized["note"] = note
+    return normalized
+
+
+def step_counts(plan: list[dict] | None) -> dict | None:
+    if not plan:
+        return None
+    return {"completed": sum(s["status"] == "completed" for s in plan), "total": len(plan)}
+
+
+def receipt(card: Card | None) -> str:
+    if card is None or card.is_cleared:
+        return "Progress card cleared"
+    counts = step_counts(card.plan)
+    if counts is None:
+        return f"Progress card updated (rev {card.revision})"
+    return (
+        f"Progress card updated (rev {card.revision}, {counts['completed']}/{counts['total']} done)"
+    )
+
+
+# -- rendering --------------------------------------------------------------------------
+
+ALLOWED_TAGS = frozenset(
+    [
+        "p",
+        "br",
+        "hr",
+        "strong",
+        "em",
+        "del",
+        "s",
+        "code",
+        "pre",
+        "blockquote",
+        "ul",
+        "ol",
+        "li",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "a",
+        "progress",
+    ]
+)
+ALLOWED_ATTRIBUTES = {"a": ["href", "title"], "progress": ["value", "max"]}
+ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
+LINK_REL = "noopener noreferrer nofollow"
+_NUMBER = re.compile(r"^\s*[0-9]+(?:\.[0-9]+)?\s*$")
+# Elements whose content is code or raw text: stripping only their tags would leave the code
+# on the card as visible junk, so they go with everything inside them.
+_RAW_TEXT = re.compile(
+    r"<(script|style|textarea|title|noscript|noembed|noframes|iframe|xmp|template|svg|math"
+    r"|object|select)\b[^>]*>.*?(?:</\1\s*>|\Z)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+_markdown = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+
+
+class _CardHtmlFilter(html5lib_shim.Filter):
+    """After sanitizing: links get rel, and a progress bar keeps value/max only when they
+    are numbers with 0 ≤ value ≤ max and max > 0."""
+
+    def __iter__(self):
+        for token in super().__iter__():
+            if token["type"] in ("StartTag", "EmptyTag"):
+                if token["name"] == "a":
+                    attrs = dict(token["data"])
+                    attrs[(None, "rel")] = LINK_REL
+                    token["data"] = attrs
+                elif token["name"] == "progress":
+                    token["data"] = _progress_attributes(dict(token["data"]))
+            yield token
+
+
+def _progress_attributes(attrs: dict) -> dict:
+    value, maximum = attrs.get((None, "value")), attrs.get((None, "max"))
+    kept = {}
+    max_number = float(maximum) if maximum is not None and _NUMBER.match(maximum) else None
+    if max_number is not None and max_number > 0:
+        kept[(None, "max")] = maximum.strip()
+    if value is not None and _NUMBER.match(value):
+        limit = max_number if (None, "max") in kept else 1.0  # HTML's default max is 1
+        if float(value) <= limit:
+            kept[(None, "value")] = value.strip()
+    return kept
+
+
+_cleaner = bleach.Cleaner(
+    tags=ALLOWED_TAGS,
+    attributes=ALLOWED_ATTRIBUTES,
+    protocols=ALLOWED_PROTOCOLS,
+    strip=True,
+    strip_comments=True,
+    filters=[_CardHtmlFilter],
+)
+
+
+@functools.lru_cache(maxsize=256)
+def render(markdown: str) -> str:
+    """Markdown → sanitized HTML. Cached by content: identical markdown renders once."""
+    html = _markdown.render(markdown)
+    html = _RAW_TEXT.sub("", html)
+    return _cleaner.clean(html).strip()
+
+
+def markdown_digest(markdown: str | None) -> str:
+    return hashlib.sha256((markdown or "").encode()).hexdigest()
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Written:
+    card: Card | None
+    changed: bool
+
+
+def write(session: Session, *, plan: Any = None, markdown: Any = None) -> Written:
+    """A direct write (the card API): validate, then replace the whole card. Every write is
+    a revision, even one that repeats the card."""
+    plan, markdown = normalize(plan, markdown)
+    return store(session, plan, markdown, facts=None, only_if_changed=False)
+
+
+def store(
+    session: Session,
+    plan: list[dict] | None,
+    markdown: str | None,
+    facts: dict | None,
+    *,
+    only_if_changed: bool,
+) -> Written:
+    """Replace the session's card with already-normalized content. Clearing a card that
+    never existed writes nothing; with `only_if_changed`, neither does a write that would
+    show exactly what the card shows now.
+
+    The caller holds the session's row lock (select_for_update) in its transaction: that
+    lock is what keeps two writers from reusing a revision."""
+    with transaction.atomic():
+        card = Card.objects.filter(session=session).first()
+        if card is None:
+            if plan is None and markdown is None and not facts:
+                return Written(None, changed=False)
+            card = Card(session=session, revision=0)
+        elif only_if_changed and (card.plan, card.markdown or None, card.facts) == (
+            plan,
+            markdown,
+            facts,
+        ):
+            return Written(card, changed=False)
+        digest = markdown_digest(markdown)
+        if markdown is None:
+            html = ""
+        elif card.pk and card.markdown_sha256 == digest:
+            html = card.html
+        else:
+            html = render(markdown)
+        card.revision += 1
+        card.plan, card.markdown, card.facts = plan, markdown or "", facts
+        card.html, card.markdown_sha256 = html, digest
+        card.updated_at = timezone.now()
+        card.save()
+    return Written(card, changed=True)
+
+
+# -- cards of A2A sessions --------------------------------------------------------------
+
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
+
+
+def from_session(session: Session, tasks: list[Task]) -> Written:
+    """Recompute an A2A session's card from what ingest stored; `tasks` newest first.
+
+    Plan: the latest progress/v1 plan. Note: the latest status message that is not a
+    question (a question is the interaction's prompt). Beside them: state, the open
+    question, uncertain effects and, once the newest task ended, its cost and trace id.
+    """
+    planned = max(
+        (t for t in tasks if t.plan),
+        key=lambda t: (t.plan_timestamp or _NO_TIME, t.pk),
+        default=None,
+    )
+    noted = max(
+        (t for t in tasks if t.note),
+        key=lambda t: (t.note_timestamp or _NO_TIME, t.pk),
+        default=None,
+    )
+    plan = _agent_plan(planned.plan) if planned else None
+    markdown = _bounded_note(noted.note) if noted else None
+    facts: dict[str, Any] = {"state": session.state}
+    if session.needs_human:
+        question = (
+            Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
+            .order_by("-opened_at", "-id")
+            .first()
+        )
+        if question is not None:
+            facts["question"] = {"kind": question.kind, "prompt": strip_invisible(question.prompt)}
+    newest = tasks[0] if tasks else None
+    if newest is not None and newest.uncertain_effects:
+        facts["uncertain"] = list(newest.uncertain_effects)
+    if newest is not None and newest.is_terminal and newest.telemetry:
+        facts["telemetry"] = newest.telemetry
+    return store(session, plan, markdown, facts, only_if_changed=True)
+
+
+def _truncate(text: str, limit: int) -> str:
+    encoded = text.encode("utf-8")
+    if len(encoded) <= limit:
+        return text
+    return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+def _bounded_note(note: str) -> str | None:
+    note = strip_invisible(_truncate(note, MAX_MARKDOWN_BYTES))
+    return note if note.strip() else None
+
+
+def _agent_plan(steps: list[dict]) -> list[dict] | None:
+    """An agent's plan is shown, not refused: text is bounded and the first step in
+    progress wins (the card allows one)."""
+    plan, in_progress = [], False
+    for step in steps[:MAX_STEPS]:
+        text = strip_invisible(_truncate(step["label"], MAX_STEP_BYTES))
+        if not text.strip():
+            continue
+        status = step["state"]
+        if status == "in_progress":
+            status, in_progress = ("pending", True) if in_progress else ("in_progress", True)
+        entry = {"step": text, "status": status}
+        note = strip_invisible(_truncate(step.get("note", ""), MAX_STEP_BYTES))
+        if note.strip():
+            entry["note"] = note
+        plan.append(entry)
+    return plan or None
