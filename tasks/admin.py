@@ -86,7 +86,7 @@ class AgentAdmin(admin.ModelAdmin):
         "last_error",
     )
     inlines = (PushEndpointInline, RefusalInline)
-    actions = ("rotate_signing_secret", "retire_previous_signing_secret")
+    actions = ("rotate_signing_secret", "retire_previous_signing_secret", "replace_api_token")
 
     @admin.display(description="signing secrets")
     def signs_pushes(self, agent: Agent) -> str:
@@ -142,6 +142,16 @@ class AgentAdmin(admin.ModelAdmin):
         secret = agents.rotate_signing_secret(agent)
         self.log_change(request, agent, "Rotated the signing secret")
         return self._secrets_once(request, agent, {"signing_secret": secret})
+
+    @admin.action(description="Replace the card API token (the old one stops working)")
+    def replace_api_token(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Replace one agent's token at a time.", messages.ERROR)
+            return None
+        agent = queryset.get()
+        token = agents.replace_api_token(agent)
+        self.log_change(request, agent, "Replaced the card API token")
+        return self._secrets_once(request, agent, {"api_token": token})
 
     @admin.action(description="Retire the previous signing secret")
     def retire_previous_signing_secret(self, request, queryset):

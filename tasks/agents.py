@@ -113,6 +113,13 @@ def new_api_token() -> str:
     return "onl_" + secrets.token_urlsafe(32)
 
 
+def replace_api_token(agent: Agent) -> str:
+    token = new_api_token()
+    agent.api_token_digest = digest(token)
+    agent.save(update_fields=["api_token_digest"])
+    return token
+
+
 def agent_for_api_token(token: str) -> Agent | None:
     if not token.startswith("onl_"):
         return None

@@ -44,13 +44,19 @@ def session_json(session: Session) -> dict:
         "state": session.state or None,
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at,
+        "card": _card(session),
     }
+
+
+def _card(session: Session) -> dict | None:
+    card = getattr(session, "card", None)  # a reverse one-to-one raises when absent
+    return card.as_json() if card is not None else None
 
 
 @require_GET
 @api_login_required
 def sessions(request: HttpRequest) -> JsonResponse:
-    found = Session.objects.visible_to(request.user).select_related("agent")
+    found = Session.objects.visible_to(request.user).select_related("agent", "card")
     agent = request.GET.get("agent")
     if agent is not None:
         if not agent.isdigit():
@@ -76,7 +82,7 @@ def sessions(request: HttpRequest) -> JsonResponse:
 def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
     session = (
         Session.objects.visible_to(request.user)
-        .select_related("agent")
+        .select_related("agent", "card")
         .filter(pk=session_id)
         .first()
     )

@@ -329,7 +329,7 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
     )
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
-    facts: dict[str, Any] = {"state": session.state}
+    facts: dict[str, Any] = {"state": session.state} if session.state else {}
     if session.needs_human:
         question = (
             Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
@@ -343,7 +343,7 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         facts["uncertain"] = list(newest.uncertain_effects)
     if newest is not None and newest.is_terminal and newest.telemetry:
         facts["telemetry"] = newest.telemetry
-    return store(session, plan, markdown, facts, only_if_changed=True)
+    return store(session, plan, markdown, facts or None, only_if_changed=True)
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tasks import profile
-from tasks.models import Artifact, Delivery, Interaction, Message, Session, Task
+from tasks.models import Artifact, Card, Delivery, Interaction, Message, Session, Task
 from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
 
@@ -131,6 +131,15 @@ def final_state(agent) -> dict:
         "artifacts": sorted(
             (a.task.task_id, a.artifact_id, json.dumps(a.parts), json.dumps(a.files))
             for a in Artifact.objects.filter(task__agent=agent).select_related("task")
+        ),
+        "cards": sorted(
+            (
+                c.session.context_id,
+                json.dumps(c.plan),
+                c.markdown,
+                json.dumps(c.facts, sort_keys=True),
+            )
+            for c in Card.objects.filter(session__agent=agent).select_related("session")
         ),
         "transcript": list(
             Message.objects.filter(session__agent=agent)
