@@ -12,6 +12,7 @@ from tasks import agents
 from tasks.models import (
     Agent,
     Artifact,
+    Card,
     Delivery,
     Interaction,
     Message,
@@ -205,3 +206,10 @@ class ArtifactAdmin(ReadOnlyAdmin):
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ("at", "role", "session", "text")
+
+
+@admin.register(Card)
+class CardAdmin(ReadOnlyAdmin):
+    list_display = ("session", "revision", "updated_at")
+    search_fields = ("session__context_id", "session__title")
+    exclude = ("html",)  # the sanitized HTML is shown on the pages, not as admin text

@@ -14,6 +14,7 @@ import sys
 # benchmark's dependencies never stop another from starting.
 BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
+    "cards": "tests.benchmarks.cards",
 }
 
 

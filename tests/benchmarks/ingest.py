@@ -27,41 +27,29 @@ import json
 import math
 import os
 import pstats
-import secrets
-import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from standardwebhooks import Webhook
 
-from tests.benchmarks import bare_push
+from tests.benchmarks import bare_push, workspace
+from tests.benchmarks.workspace import ROOT, SETTINGS_VARIABLES
 
 DESCRIPTION = "signed pushes/s through the real view vs a bare ASGI endpoint (target ≥ 50%)"
 
-ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATABASE = "onlooker_bench"
 TARGET_RATIO = 0.5
 TASKS = 50
 REQUEST_TIMEOUT = 10.0
-# Variables the settings read; the parent's values must not leak into the servers.
-SETTINGS_VARIABLES = (
-    "DATABASE_URL",
-    "DEBUG",
-    "SECRET_KEY",
-    "ALLOWED_HOSTS",
-    "DJANGO_SETTINGS_MODULE",
-)
 
 REGISTER_AGENT = """
 import json
@@ -123,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     # A SIGTERM would end the process without unwinding; as an exception, the servers are
     # stopped and the benchmark database is dropped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with Workspace(os.environ.get("DATABASE_URL", "").strip()) as workspace:
+    with Workspace(
+        os.environ.get("DATABASE_URL", "").strip(), database=BENCH_DATABASE
+    ) as workspace:
         env = workspace.onlooker_env()
         _run_checked([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], env)
         agent = json.loads(
@@ -142,69 +132,13 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 # -- workspace: temporary data directory and databases --------------------------------------
 
 
-class Workspace(contextlib.AbstractContextManager):
-    """A temporary directory and, on PostgreSQL, the dedicated benchmark database."""
-
-    def __init__(self, database_url: str) -> None:
-        self.admin_url = database_url
-        self.bench_url = ""
-        self.directory = Path()
-
-    @property
-    def postgres(self) -> bool:
-        return bool(self.admin_url)
-
-    def __enter__(self) -> Workspace:
-        if self.postgres:
-            parts = urlsplit(self.admin_url)
-            if parts.path.strip("/") == BENCH_DATABASE:
-                raise SystemExit(f"DATABASE_URL must not name {BENCH_DATABASE}: it is dropped")
-            self.bench_url = urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
-            # A database left by a run that was killed outright is stale: start afresh.
-            self._admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-            self._admin(f"CREATE DATABASE {BENCH_DATABASE}")
-        self.directory = Path(tempfile.mkdtemp(prefix="onlooker-bench-"))
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if self.postgres:
-                self._admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-        finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def _admin(self, statement: str) -> None:
-        import psycopg
-
-        with psycopg.connect(self.admin_url, autocommit=True) as connection:
-            connection.execute(statement)
-
-    @property
-    def data_dir(self) -> Path:
-        return self.directory / "onlooker"
+class Workspace(workspace.Workspace):
+    """The shared workspace, plus the bare endpoint's database."""
 
     @property
     def bare_database(self) -> str:
         # On PostgreSQL the baseline gets its own table in the same database, like Onlooker's.
         return self.bench_url or str(self.directory / "bare.sqlite3")
-
-    def onlooker_env(self) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in SETTINGS_VARIABLES and not key.startswith("ONLOOKER_")
-        }
-        env.update(
-            DJANGO_SETTINGS_MODULE="dashboard.settings",
-            ONLOOKER_DATA_DIR=str(self.data_dir),
-            SECRET_KEY=secrets.token_urlsafe(50),
-            DEBUG="false",
-            ALLOWED_HOSTS="127.0.0.1",
-            PYTHONPATH=_pythonpath(),
-        )
-        if self.bench_url:
-            env["DATABASE_URL"] = self.bench_url
-        return env
 
     def count_deliveries(self) -> int:
         statement = "SELECT count(*) FROM tasks_delivery"
