@@ -40,6 +40,8 @@ def _session_key(value: object) -> str:
         raise cards.CardError("sessionKey", "sessionKey must be a non-empty string")
     if len(value) > MAX_SESSION_KEY:
         raise cards.CardError("sessionKey", f"sessionKey is longer than {MAX_SESSION_KEY}")
+    if "\x00" in value:
+        raise cards.CardError("sessionKey", "sessionKey must not contain U+0000 (NUL)")
     return value
 
 

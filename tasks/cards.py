@@ -61,6 +61,13 @@ def strip_invisible(text: str) -> str:
     return text.translate(_STRIP_TABLE)
 
 
+def _no_nul(field: str, text: str) -> str:
+    # PostgreSQL cannot store U+0000 in text; a card has no use for it either.
+    if "\x00" in text:
+        raise CardError(field, f"{field} must not contain U+0000 (NUL)")
+    return text
+
+
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8"))
 
@@ -80,7 +87,7 @@ def _normalize_markdown(markdown: Any) -> str | None:
         raise CardError("markdown", "markdown must be a string")
     if _utf8_len(markdown) > MAX_MARKDOWN_BYTES:
         raise CardError("markdown", f"markdown must be at most {MAX_MARKDOWN_BYTES} UTF-8 bytes")
-    markdown = strip_invisible(markdown)
+    markdown = strip_invisible(_no_nul("markdown", markdown))
     return markdown if markdown.strip() else None
 
 
@@ -111,7 +118,7 @@ def _normalize_step(index: int, step: Any) -> dict:
         raise CardError(
             f"{where}.step", f"{where}.step must be at most {MAX_STEP_BYTES} UTF-8 bytes"
         )
-    text = strip_invisible(text)
+    text = strip_invisible(_no_nul(f"{where}.step", text))
     if not text.strip():
         raise CardError(f"{where}.step", f"{where}.step must not be empty")
     status = step.get("status")
@@ -128,7 +135,7 @@ def _normalize_step(index: int, step: Any) -> dict:
             raise CardError(
                 f"{where}.note", f"{where}.note must be at most {MAX_STEP_BYTES} UTF-8 bytes"
             )
-        note = strip_invisible(note)
+        note = strip_invisible(_no_nul(f"{where}.note", note))
         if note.strip():
             normalized["note"] = note
     return normalized
@@ -187,10 +194,12 @@ ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
 LINK_REL = "noopener noreferrer nofollow"
 _NUMBER = re.compile(r"^\s*[0-9]+(?:\.[0-9]+)?\s*$")
 # Elements whose content is code or raw text: stripping only their tags would leave the code
-# on the card as visible junk, so they go with everything inside them.
+# on the card as visible junk, so they go with everything inside them. An unclosed raw-text
+# element runs to the end, as in a browser; foreign content (svg, math, …) only when closed,
+# so prose that merely names such a tag keeps the rest of the card.
 _RAW_TEXT = re.compile(
-    r"<(script|style|textarea|title|noscript|noembed|noframes|iframe|xmp|template|svg|math"
-    r"|object|select)\b[^>]*>.*?(?:</\1\s*>|\Z)",
+    r"<(script|style|textarea|title|noscript|noembed|noframes|iframe|xmp)\b[^>]*>.*?(?:</\1\s*>|\Z)"
+    r"|<(template|svg|math|object|select)\b[^>]*>.*?</\2\s*>",
     re.IGNORECASE | re.DOTALL,
 )
 
