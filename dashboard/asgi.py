@@ -1,5 +1,5 @@
-"""ASGI entry point: pushes answered by `PushReceiver`, everything else through Django.
-WebSocket routing joins here when live views arrive."""
+"""ASGI entry point: pushes answered by `PushReceiver`, other HTTP through Django, and the
+live socket at /ws/live/ behind session authentication and an origin check."""
 
 import os
 
@@ -8,8 +8,20 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django_application = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+# These need Django set up first.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
 
+from tasks.consumers import LiveConsumer  # noqa: E402
 from tasks.webhooks import PushReceiver  # noqa: E402
 
-application = ProtocolTypeRouter({"http": PushReceiver(django_application)})
+application = ProtocolTypeRouter(
+    {
+        "http": PushReceiver(django_application),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+        ),
+    }
+)

@@ -1,22 +1,30 @@
 """The only place that talks to the channel layer: hints to browsers, sent after commit.
 
-A broadcast is a hint, never the truth: browsers refetch from the database on (re)connect,
-so a message lost here (a channel layer that is down, a full group) costs nothing but
-latency. That is why sending failures are logged and swallowed: the push was committed
-and must still be acknowledged.
+A broadcast is a hint, never the truth: browsers drop anything older than the revision they
+show and refetch over HTTP on every (re)connect, so a message lost here (a channel layer that
+is down, a full group, a coalesced burst) costs nothing but latency. That is why sending
+failures are logged and swallowed: the push was committed and must still be acknowledged.
+
+A message carries the session's fragments, rendered once with the same partials the pages
+use, so consumers only forward. Bursts are coalesced per session: at most one message per
+`MIN_INTERVAL`, and the latest always wins.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.template.loader import render_to_string
 
-from tasks.models import Session
+from tasks.models import Card, Session
 
 log = logging.getLogger(__name__)
+MIN_INTERVAL = 0.1  # seconds between two messages about one session (≤ 10 per second)
 
 
 def team_group(team_id: int | None) -> str:
@@ -27,16 +35,82 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def session_changed(session: Session, *, team_id: int | None, revision: int | None) -> None:
-    message = {
-        "type": "session.changed",
+def snapshot(session: Session) -> dict:
+    """What a browser needs to show a session: its fragments, keyed by placement, with the
+    card revision they show. The live message and the HTTP refetch are this same dict."""
+    card = Card.objects.filter(session=session).first()
+    context = {"session": session, "card": card}
+    return {
+        "type": "card.changed",
         "session": session.pk,
-        "revision": revision,
+        "revision": card.revision if card else 0,
         "state": session.state,
         "needsHuman": session.needs_human,
+        "updatedAt": session.updated_at.isoformat(),
+        "html": {
+            "card": render_to_string("tasks/_card.html", context),
+            "sidebar": render_to_string("tasks/_sidebar_row.html", context),
+            "tile": render_to_string("tasks/_tile.html", context),
+        },
     }
-    groups = [team_group(team_id), session_group(session.pk)]
-    transaction.on_commit(lambda: _send(groups, message))
+
+
+def session_changed(session: Session, *, team_id: int | None) -> None:
+    """Call inside the transaction that changed the session: renders and sends after commit."""
+
+    def send() -> None:
+        try:
+            message = snapshot(session)
+        except Exception:  # noqa: BLE001 - a broken hint must not fail a committed push
+            log.exception("could not render the live message for session %s", session.pk)
+            return
+        coalescer.offer(session.pk, [team_group(team_id), session_group(session.pk)], message)
+
+    transaction.on_commit(send)
+
+
+class _Coalescer:
+    """Per session: send now if the last message went out long enough ago, otherwise keep the
+    newest message and send it when the interval is up."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_sent: dict[int, float] = {}
+        self.pending: dict[int, tuple[list[str], dict]] = {}
+
+    def offer(self, session_id: int, groups: list[str], message: dict) -> None:
+        with self.lock:
+            if len(self.last_sent) > 10_000:  # forget sessions that have been quiet
+                horizon = time.monotonic() - MIN_INTERVAL
+                self.last_sent = {k: t for k, t in self.last_sent.items() if t > horizon}
+            wait = self.last_sent.get(session_id, 0.0) + MIN_INTERVAL - time.monotonic()
+            if wait > 0:
+                already_waiting = session_id in self.pending
+                self.pending[session_id] = (groups, message)
+                if not already_waiting:
+                    timer = threading.Timer(wait, self._flush, args=(session_id,))
+                    timer.daemon = True
+                    timer.start()
+                return
+            self.last_sent[session_id] = time.monotonic()
+        _send(groups, message)
+
+    def _flush(self, session_id: int) -> None:
+        with self.lock:
+            entry = self.pending.pop(session_id, None)
+            if entry is None:  # cleared meanwhile
+                return
+            self.last_sent[session_id] = time.monotonic()
+        _send(*entry)
+
+    def clear(self) -> None:
+        """Forget every session: pending messages are dropped (tests start from nothing)."""
+        with self.lock:
+            self.pending.clear()
+            self.last_sent.clear()
+
+
+coalescer = _Coalescer()
 
 
 def _send(groups: list[str], message: dict) -> None:

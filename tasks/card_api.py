@@ -99,7 +99,7 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
         if card is not None:
             session.updated_at = now
             session.save(update_fields=["updated_at"])
-            broadcast.session_changed(session, team_id=agent.team_id, revision=card.revision)
+            broadcast.session_changed(session, team_id=agent.team_id)
     return JsonResponse(
         {
             "revision": card.revision if card else None,

@@ -88,9 +88,7 @@ def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Resu
                 warnings=applier.warnings,
             )
             if applier.session is not None:
-                broadcast.session_changed(
-                    applier.session, team_id=agent.team_id, revision=applier.card_revision
-                )
+                broadcast.session_changed(applier.session, team_id=agent.team_id)
     except IntegrityError:
         delivery = Delivery.objects.filter(agent=agent, idempotency_key=key).first()
         if delivery is None:
@@ -120,7 +118,6 @@ class _Applier:
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
     interactions_changed: bool = False
-    card_revision: int | None = None
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -196,8 +193,7 @@ class _Applier:
             ).exists()
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
-        card = cards.from_session(session, tasks).card
-        self.card_revision = card.revision if card else None
+        cards.from_session(session, tasks)
 
     # -- statuses -------------------------------------------------------------------------
 
@@ -254,7 +250,8 @@ class _Applier:
             return
         effect = profile.read_uncertain(value, self.warnings)
         if effect and effect not in task.uncertain_effects:
-            task.uncertain_effects = [*task.uncertain_effects, effect]
+            # Sorted, not in arrival order: pushes may come in any order.
+            task.uncertain_effects = sorted([*task.uncertain_effects, effect])
 
     def _note(self, task: Task, status: p.Status) -> None:
         """The card's note: the latest status text that is not a question. A message of an

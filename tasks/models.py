@@ -319,6 +319,24 @@ class Card(models.Model):
     def is_cleared(self) -> bool:
         return self.plan is None and not self.markdown and not self.facts
 
+    # What the card partial shows beside plan and note (facts are written by cards.py).
+    @property
+    def state_label(self) -> str:
+        state = (self.facts or {}).get("state", "")
+        return TaskState(state).label if state in TaskState.values else ""
+
+    @property
+    def question(self) -> dict | None:
+        return (self.facts or {}).get("question")
+
+    @property
+    def uncertain(self) -> list[str]:
+        return (self.facts or {}).get("uncertain", [])
+
+    @property
+    def telemetry(self) -> dict | None:
+        return (self.facts or {}).get("telemetry")
+
     def as_json(self) -> dict | None:
         if self.is_cleared:
             return None

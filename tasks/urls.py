@@ -5,6 +5,8 @@ from tasks import api, card_api, views, webhooks
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("sessions/<int:session_id>/", views.session_page, name="session"),
+    path("sessions/<int:session_id>/card/", views.session_card, name="session-card"),
     path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),

@@ -9,10 +9,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from tasks import broadcast
 from tasks.models import Session
 
 log = logging.getLogger(__name__)
@@ -61,3 +62,36 @@ def home(request: HttpRequest) -> HttpResponse:
         .order_by("-needs_human", "-updated_at", "-id")[:200]
     )
     return render(request, "tasks/home.html", {"sessions": sessions})
+
+
+def _visible_session(request: HttpRequest, session_id: int) -> Session:
+    session = (
+        Session.objects.visible_to(request.user)
+        .select_related("agent")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        raise Http404("No such session, or not one you may see.")
+    return session
+
+
+@require_GET
+@login_required
+def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _visible_session(request, session_id)
+    context = {
+        "session": session,
+        "card": getattr(session, "card", None),
+        "messages_": session.messages.all()[:500],
+    }
+    return render(request, "tasks/session.html", context)
+
+
+@require_GET
+@login_required
+def session_card(request: HttpRequest, session_id: int) -> JsonResponse:
+    """The session's current fragments: what a browser refetches on every (re)connect."""
+    snapshot = broadcast.snapshot(_visible_session(request, session_id))
+    del snapshot["type"]
+    return JsonResponse(snapshot)

@@ -12,6 +12,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from tasks.agents import new_endpoint, new_signing_secret
+from tasks.broadcast import coalescer
 from tasks.models import Agent, PushEndpoint
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -42,6 +43,15 @@ def make_agent(*, signing: bool = False, team=None, name: str = "Builder") -> Re
     )
     endpoint, token, bearer = new_endpoint(agent)
     return RegisteredAgent(agent, endpoint, token, bearer, secret)
+
+
+@pytest.fixture(autouse=True)
+def quiet_broadcasts():
+    # Session ids repeat between tests: a message held back for one test's session must
+    # not be delivered into the next test.
+    coalescer.clear()
+    yield
+    coalescer.clear()
 
 
 @pytest.fixture

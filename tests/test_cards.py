@@ -481,7 +481,9 @@ def test_a2a_card_broadcast_carries_the_revision(
     async_to_sync(layer.group_add)("team.all", channel)
     with django_capture_on_commit_callbacks(execute=True):
         send(client, token_agent, status("WORKING", at=1, text="hello"))
-    assert async_to_sync(layer.receive)(channel)["revision"] == card().revision == 1
+    message = async_to_sync(layer.receive)(channel)
+    assert message["revision"] == card().revision == 1
+    assert 'data-revision="1"' in message["html"]["card"]
     channel_layers.backends.clear()
 
 

@@ -119,8 +119,13 @@ def test_committed_push_hints_the_team_and_session_groups(
         push(client, token_agent, status("WORKING", at=1))
     assert len(callbacks) == 1
     message = async_to_sync(layer.receive)(channel)
-    assert message["type"] == "session.changed"
-    assert (message["state"], message["needsHuman"]) == ("TASK_STATE_WORKING", False)
+    assert message["type"] == "card.changed"
+    assert (message["state"], message["needsHuman"], message["revision"]) == (
+        "TASK_STATE_WORKING",
+        False,
+        1,
+    )
+    assert 'data-revision="1"' in message["html"]["card"]
 
 
 def test_refused_push_broadcasts_nothing(client, token_agent, django_capture_on_commit_callbacks):

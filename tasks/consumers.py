@@ -1,0 +1,55 @@
+"""The live socket: `/ws/live/`. Authenticated by the session cookie, origin checked (in
+asgi.py), it joins the groups the user may see and forwards `card.changed` hints. It reads
+nothing but the groups it may join, writes nothing and renders nothing: fragments arrive
+rendered."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth.models import Group
+
+from tasks import broadcast
+from tasks.models import Session
+
+CLOSE_UNAUTHENTICATED = 4401
+
+
+def groups_for(user, session_id: int | None) -> list[str]:
+    """Everyone's group (agents without a team), the user's teams (every team for a
+    superuser, who sees every agent), and the open session if the user may see it."""
+    teams = Group.objects.all() if user.is_superuser else user.groups.all()
+    groups = [broadcast.team_group(None)]
+    groups += [broadcast.team_group(pk) for pk in teams.values_list("pk", flat=True)]
+    if session_id is not None and Session.objects.visible_to(user).filter(pk=session_id).exists():
+        groups.append(broadcast.session_group(session_id))
+    return groups
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        session = query.get("session", [""])[0]
+        session_id = int(session) if session.isdigit() else None
+        self.joined = await database_sync_to_async(groups_for)(user, session_id)
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs) -> None:
+        """Browsers only listen; anything they send is ignored."""
+
+    async def card_changed(self, event: dict) -> None:
+        # Team groups overlap with the session group: the same hint may arrive twice, and
+        # the browser keeps the newest revision, so a repeat is harmless.
+        await self.send_json({k: v for k, v in event.items() if k != "type"})

@@ -1,0 +1,181 @@
+"""The live socket through the real ASGI application: who may connect, who hears what, and
+what a message carries. Pushes go through the real receiver; the hints are real broadcasts."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from dashboard.asgi import application
+from tasks.models import Card, Session
+from tests.builders import approval, status
+from tests.conftest import make_agent, push
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+
+
+@pytest.fixture(autouse=True)
+def fresh_layers():
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+def cookie_for(user: User) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+def socket(*headers, path: str = "/ws/live/") -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, path, headers=[(b"host", b"127.0.0.1"), *headers])
+
+
+def run(scenario):
+    return async_to_sync(scenario)()
+
+
+@pytest.fixture
+def ops() -> Group:
+    return Group.objects.create(name="ops")
+
+
+@pytest.fixture
+def alice(ops) -> User:
+    user = User.objects.create_user("alice")
+    user.groups.add(ops)
+    return user
+
+
+@pytest.fixture
+def charlie() -> User:
+    return User.objects.create_user("charlie")
+
+
+def test_anonymous_socket_is_refused():
+    async def scenario():
+        connected, code = await socket(ORIGIN).connect()
+        return connected, code
+
+    assert run(scenario) == (False, 4401)
+
+
+def test_socket_from_a_foreign_origin_is_refused(alice):
+    async def scenario():
+        cookie = await sync_to_async(cookie_for)(alice)
+        connected, _ = await socket((b"origin", b"https://evil.example"), cookie).connect()
+        return connected
+
+    assert run(scenario) is False
+
+
+def test_team_member_hears_a_push_with_fragments_and_revision(alice, ops):
+    registered = make_agent(team=ops)
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        connected, _ = await communicator.connect()
+        assert connected
+        await sync_to_async(push)(
+            Client(), registered, status("WORKING", at=1, text="Reading logs")
+        )
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return message
+
+    message = run(scenario)
+    session = Session.objects.get()
+    assert message["session"] == session.pk
+    assert message["revision"] == Card.objects.get().revision == 1
+    assert (message["state"], message["needsHuman"]) == ("TASK_STATE_WORKING", False)
+    assert set(message["html"]) == {"card", "sidebar", "tile"}
+    assert f'data-session="{session.pk}" data-revision="1"' in message["html"]["card"]
+    assert "Reading logs" in message["html"]["card"]
+    assert f'data-sidebar-session="{session.pk}"' in message["html"]["sidebar"]
+
+
+def test_user_outside_the_team_hears_nothing_of_its_sessions(charlie, ops):
+    registered = make_agent(team=ops)
+    open_agent = make_agent(name="Open")
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(charlie))
+        assert (await communicator.connect())[0]
+        await sync_to_async(push)(Client(), registered, status("WORKING", at=1, context="secret"))
+        secret_heard = not await communicator.receive_nothing(timeout=0.5)
+        await sync_to_async(push)(Client(), open_agent, status("WORKING", at=1, context="open"))
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return secret_heard, message
+
+    secret_heard, message = run(scenario)
+    assert not secret_heard
+    assert message["session"] == Session.objects.get(context_id="open").pk
+
+
+def test_socket_for_a_session_the_user_may_not_see_joins_no_session_group(charlie, ops):
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1))
+    session = Session.objects.get()
+
+    async def scenario():
+        cookie = await sync_to_async(cookie_for)(charlie)
+        communicator = socket(ORIGIN, cookie, path=f"/ws/live/?session={session.pk}")
+        assert (await communicator.connect())[0]
+        await sync_to_async(push)(Client(), registered, status("COMPLETED", at=2))
+        heard = not await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return heard
+
+    assert run(scenario) is False
+
+
+def test_a_burst_is_coalesced_and_the_latest_revision_wins(alice, ops):
+    registered = make_agent(team=ops)
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        assert (await communicator.connect())[0]
+        for second in range(1, 7):
+            body = status("WORKING", at=second, text=f"step {second}")
+            await sync_to_async(push)(Client(), registered, body)
+        received = [await communicator.receive_json_from(timeout=5)]
+        while not await communicator.receive_nothing(timeout=0.4):
+            received.append(await communicator.receive_json_from(timeout=5))
+        await communicator.disconnect()
+        return received
+
+    received = run(scenario)
+    revisions = [message["revision"] for message in received]
+    assert revisions == sorted(revisions)
+    assert revisions[-1] == Card.objects.get().revision == 6
+    assert len(received) < 6
+
+
+def test_session_card_endpoint_returns_what_the_socket_sends(client, alice, ops):
+    registered = make_agent(team=ops)
+    push(client, registered, status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship it?")))
+    session = Session.objects.get()
+    assert client.get(f"/sessions/{session.pk}/card/").status_code == 302
+    client.force_login(alice)
+    data = client.get(f"/sessions/{session.pk}/card/").json()
+    assert (data["session"], data["revision"], data["needsHuman"]) == (session.pk, 1, True)
+    assert "Ship it?" in data["html"]["card"]
+    client.force_login(User.objects.create_user("mallory"))
+    assert client.get(f"/sessions/{session.pk}/card/").status_code == 404
+
+
+def test_session_page_shows_the_live_card_once(client, alice, ops):
+    registered = make_agent(team=ops)
+    push(client, registered, status("WORKING", at=1, text="Halfway"))
+    session = Session.objects.get()
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert page.count("data-live-card") == 1
+    assert page.count(f'data-session="{session.pk}"') == 1
+    assert "Halfway" in page
