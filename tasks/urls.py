@@ -3,7 +3,7 @@ from django.urls import path
 from tasks import api, card_api, views, webhooks
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", views.overview, name="overview"),
     path("healthz", views.healthz, name="healthz"),
     path("sessions/<int:session_id>/", views.session_page, name="session"),
     path("sessions/<int:session_id>/card/", views.session_card, name="session-card"),

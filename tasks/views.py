@@ -9,12 +9,14 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.decorators import login_required
 from django.db import connection
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from tasks import broadcast
-from tasks.models import Session
+from tasks.models import Agent, Session, TaskState
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -53,15 +55,51 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok", "checks": list(checks)})
 
 
+OVERVIEW_LIMIT = 300
+SIDEBAR_LIMIT = 100
+
+
+def _attention_order(sessions):
+    return sessions.order_by("-needs_human", "-updated_at", "-id")
+
+
+def _sidebar(request: HttpRequest) -> list[Session]:
+    visible = Session.objects.visible_to(request.user).select_related("card")
+    return list(_attention_order(visible)[:SIDEBAR_LIMIT])
+
+
 @require_GET
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
-    sessions = (
-        Session.objects.visible_to(request.user)
-        .select_related("agent")
-        .order_by("-needs_human", "-updated_at", "-id")[:200]
+def overview(request: HttpRequest) -> HttpResponse:
+    """The team monitoring screen: every visible session as its card, those waiting for a
+    human first. Filters live in the URL so a wall screen can be bookmarked."""
+    visible = Session.objects.visible_to(request.user)
+    agents = Agent.objects.visible_to(request.user).order_by("name")
+    shown = visible.select_related("agent", "card")
+    agent, state = request.GET.get("agent", ""), request.GET.get("state", "")
+    if agent.isdigit():
+        shown = shown.filter(agent_id=int(agent))
+    if state in TaskState.values:
+        shown = shown.filter(state=state)
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    counts = visible.aggregate(
+        waiting=Count("pk", filter=Q(needs_human=True)),
+        working=Count("pk", filter=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING])),
+        failed_today=Count("pk", filter=Q(state=TaskState.FAILED, updated_at__gte=today)),
     )
-    return render(request, "tasks/home.html", {"sessions": sessions})
+    total = shown.count()
+    context = {
+        "sessions": list(_attention_order(shown)[:OVERVIEW_LIMIT]),
+        "total": total,
+        "counts": counts,
+        "agents": agents,
+        "states": TaskState.choices,
+        "selected_agent": agent,
+        "selected_state": state,
+        "wall": request.GET.get("display") == "wall",
+        "sidebar": _sidebar(request),
+    }
+    return render(request, "tasks/overview.html", context)
 
 
 def _visible_session(request: HttpRequest, session_id: int) -> Session:
@@ -84,6 +122,10 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "session": session,
         "card": getattr(session, "card", None),
         "messages_": session.messages.all()[:500],
+        "sidebar": _sidebar(request),
+        "counts": {
+            "waiting": Session.objects.visible_to(request.user).filter(needs_human=True).count()
+        },
     }
     return render(request, "tasks/session.html", context)
 

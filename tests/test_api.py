@@ -175,13 +175,3 @@ def test_unknown_session_is_404_json(client, alice):
     response = client.get("/api/sessions/999")
     assert response.status_code == 404
     assert response.json()["error"] == "not found"
-
-
-def test_home_page_lists_visible_sessions_and_needs_login(client, charlie, team_agent, open_agent):
-    send(client, team_agent, status("WORKING", at=1, context="secret-ctx"))
-    send(client, open_agent, status("WORKING", at=1, context="public-ctx"))
-    assert client.get("/").status_code == 302
-    client.force_login(charlie)
-    page = client.get("/").content.decode()
-    assert "public-ctx" in page
-    assert "secret-ctx" not in page
