@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
+from django.contrib.auth.models import Group, User
 from standardwebhooks import Webhook
 
 from tasks.agents import new_endpoint, new_signing_secret
@@ -52,6 +53,25 @@ def quiet_broadcasts():
     coalescer.clear()
     yield
     coalescer.clear()
+
+
+@pytest.fixture
+def ops(db) -> Group:
+    return Group.objects.create(name="ops")
+
+
+@pytest.fixture
+def alice(ops) -> User:
+    """On the ops team."""
+    user = User.objects.create_user("alice")
+    user.groups.add(ops)
+    return user
+
+
+@pytest.fixture
+def charlie(db) -> User:
+    """On no team: sees only agents without one."""
+    return User.objects.create_user("charlie")
 
 
 @pytest.fixture

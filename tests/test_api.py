@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, User
 
 from tasks.models import Session
 from tests.builders import approval, artifact, status
 from tests.conftest import make_agent, push
-
-
-@pytest.fixture
-def ops(db) -> Group:
-    return Group.objects.create(name="ops")
-
-
-@pytest.fixture
-def alice(ops) -> User:
-    user = User.objects.create_user("alice", password="pw")
-    user.groups.add(ops)
-    return user
-
-
-@pytest.fixture
-def charlie(db) -> User:
-    return User.objects.create_user("charlie", password="pw")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from dashboard.asgi import application
@@ -38,23 +38,6 @@ def socket(*headers, path: str = "/ws/live/") -> WebsocketCommunicator:
 
 def run(scenario):
     return async_to_sync(scenario)()
-
-
-@pytest.fixture
-def ops() -> Group:
-    return Group.objects.create(name="ops")
-
-
-@pytest.fixture
-def alice(ops) -> User:
-    user = User.objects.create_user("alice")
-    user.groups.add(ops)
-    return user
-
-
-@pytest.fixture
-def charlie() -> User:
-    return User.objects.create_user("charlie")
 
 
 def test_anonymous_socket_is_refused():

@@ -6,27 +6,14 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-import pytest
 import time_machine
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tasks.models import Session
 from tests.builders import approval, status
 from tests.conftest import NOW, make_agent, push
-
-
-@pytest.fixture
-def ops(db) -> Group:
-    return Group.objects.create(name="ops")
-
-
-@pytest.fixture
-def alice(ops) -> User:
-    user = User.objects.create_user("alice")
-    user.groups.add(ops)
-    return user
 
 
 def send(client, registered, body):
