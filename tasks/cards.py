@@ -111,14 +111,7 @@ def _normalize_step(index: int, step: Any) -> dict:
     unknown = sorted(set(step) - {"step", "status", "note"})
     if unknown:
         raise CardError(f"{where}.{unknown[0]}", f"{where}.{unknown[0]} is not a step field")
-    text = step.get("step")
-    if not isinstance(text, str):
-        raise CardError(f"{where}.step", f"{where}.step must be a string")
-    if _utf8_len(text) > MAX_STEP_BYTES:
-        raise CardError(
-            f"{where}.step", f"{where}.step must be at most {MAX_STEP_BYTES} UTF-8 bytes"
-        )
-    text = strip_invisible(_no_nul(f"{where}.step", text))
+    text = _step_text(f"{where}.step", step.get("step"))
     if not text.strip():
         raise CardError(f"{where}.step", f"{where}.step must not be empty")
     status = step.get("status")
@@ -127,18 +120,20 @@ def _normalize_step(index: int, step: Any) -> dict:
             f"{where}.status", f"{where}.status must be one of {', '.join(STEP_STATUSES)}"
         )
     normalized = {"step": text, "status": status}
-    note = step.get("note")
-    if note is not None:
-        if not isinstance(note, str):
-            raise CardError(f"{where}.note", f"{where}.note must be a string")
-        if _utf8_len(note) > MAX_STEP_BYTES:
-            raise CardError(
-                f"{where}.note", f"{where}.note must be at most {MAX_STEP_BYTES} UTF-8 bytes"
-            )
-        note = strip_invisible(_no_nul(f"{where}.note", note))
+    if step.get("note") is not None:
+        note = _step_text(f"{where}.note", step["note"])
         if note.strip():
             normalized["note"] = note
     return normalized
+
+
+def _step_text(field: str, value: Any) -> str:
+    """A step's text or note: a string of at most 512 UTF-8 bytes as sent, then stripped."""
+    if not isinstance(value, str):
+        raise CardError(field, f"{field} must be a string")
+    if _utf8_len(value) > MAX_STEP_BYTES:
+        raise CardError(field, f"{field} must be at most {MAX_STEP_BYTES} UTF-8 bytes")
+    return strip_invisible(_no_nul(field, value))
 
 
 def step_counts(plan: list[dict] | None) -> dict | None:
