@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
+from channels.layers import channel_layers
 from django.contrib.auth.models import Group, User
 from standardwebhooks import Webhook
 
@@ -53,6 +54,15 @@ def quiet_broadcasts():
     coalescer.clear()
     yield
     coalescer.clear()
+
+
+@pytest.fixture
+def fresh_channel_layers():
+    """Channels keeps a layer per alias for the process; a test that changes the layer
+    settings, or must not see another test's groups, starts from none."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
 
 
 @pytest.fixture

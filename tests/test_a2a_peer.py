@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,10 +27,10 @@ from pytest_django.live_server_helper import LiveServer
 from tasks.models import Agent, Delivery, Interaction, Refusal, Session, Task
 from tasks.protocol import parse_timestamp
 from tests.peers import approval_agent as peer_module
+from tests.processes import ROOT, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 20.0
 POLL = 0.05
 A2A_HEADERS = {
@@ -45,12 +44,6 @@ A2A_HEADERS = {
         )
     ),
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], object], what: str, diagnose: Callable[[], str] = str):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import socket
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ from django.core.management import CommandError, call_command
 
 from tasks.models import Agent, PushEndpoint, Session
 from tests.conftest import sign_headers
+from tests.processes import free_port
 
 CARD_PATH = "/.well-known/agent-card.json"
 PROGRESS = "https://nylorun.dev/a2a/ext/progress/v1"
@@ -138,12 +138,6 @@ def running_card_server(monkeypatch):
 def card_server(monkeypatch):
     with running_card_server(monkeypatch) as server:
         yield server
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def add_agent(*args: str) -> str:
@@ -476,7 +470,7 @@ def test_missing_card_is_refused_with_the_http_status(card_server):
 
 @pytest.mark.django_db
 def test_unreachable_agent_is_refused():
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     message = refusal(url)
     assert message.startswith(f"could not reach {url}{CARD_PATH}")
 

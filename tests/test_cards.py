@@ -470,12 +470,11 @@ def test_late_older_status_does_not_replace_the_note(client, token_agent):
 
 
 def test_a2a_card_broadcast_carries_the_revision(
-    client, token_agent, django_capture_on_commit_callbacks
+    client, token_agent, django_capture_on_commit_callbacks, fresh_channel_layers
 ):
     from asgiref.sync import async_to_sync
-    from channels.layers import channel_layers, get_channel_layer
+    from channels.layers import get_channel_layer
 
-    channel_layers.backends.clear()
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)("team.all", channel)
@@ -484,7 +483,6 @@ def test_a2a_card_broadcast_carries_the_revision(
     message = async_to_sync(layer.receive)(channel)
     assert message["revision"] == card().revision == 1
     assert 'data-revision="1"' in message["html"]["card"]
-    channel_layers.backends.clear()
 
 
 # -- concurrency --------------------------------------------------------------------------

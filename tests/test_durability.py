@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,10 +28,10 @@ import httpx
 import pytest
 
 from tests.builders import status
+from tests.processes import ROOT, clean_environment, free_port, start_daphne, wait_until_listening
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 8
 KILL_AFTER_ACKS = 60  # SIGKILL once this many pushes are acknowledged...
 KILL_AFTER_SECONDS = 3.0  # ...or this long after the first push, whichever comes first
@@ -107,14 +106,7 @@ class Child:
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     def env(self, port: int | None = None) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("DJANGO_", "ONLOOKER_"))
-            and key not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS")
-        }
-        env.update(
-            DJANGO_SETTINGS_MODULE="dashboard.settings",
+        env = clean_environment(
             SECRET_KEY="x",
             ONLOOKER_DATA_DIR=str(self.data_dir),
             DEBUG="false",
@@ -143,29 +135,11 @@ class Child:
 
     def start_server(self, name: str) -> tuple[subprocess.Popen, str]:
         port = free_port()
-        log = (self.data_dir / f"{name}.log").open("wb")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-            + ["dashboard.asgi:application"],
-            cwd=ROOT,
-            env=self.env(port),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        with (self.data_dir / f"{name}.log").open("wb") as log:
+            process = start_daphne(port, self.env(port), output=log)
         self.processes.append(process)
-        deadline = time.monotonic() + START_DEADLINE
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"daphne exited with {process.returncode}:\n{self.log(name)}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return process, f"http://127.0.0.1:{port}"
-            except OSError:
-                time.sleep(0.05)
-        pytest.fail(
-            f"daphne did not accept connections within {START_DEADLINE}s:\n{self.log(name)}"
-        )
+        wait_until_listening(process, port, timeout=START_DEADLINE, log=lambda: self.log(name))
+        return process, f"http://127.0.0.1:{port}"
 
     def log(self, name: str) -> str:
         return (self.data_dir / f"{name}.log").read_text(errors="replace")[-4000:]
@@ -176,12 +150,6 @@ class Child:
                 process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -4,44 +4,14 @@ database is down because a real server process is configured with an unreachable
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-SETTINGS_VARIABLES = (
-    "DATABASE_URL",
-    "REDIS_URL",
-    "SECRET_KEY",
-    "DEBUG",
-    "ALLOWED_HOSTS",
-    "ONLOOKER_PUBLIC_URL",
-    "ONLOOKER_MAX_PUSH_BYTES",
-    "ONLOOKER_DATA_DIR",
-    "DJANGO_SETTINGS_MODULE",
-)
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def fresh_channel_layers():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
+from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
 
 
 @pytest.fixture
@@ -49,7 +19,7 @@ def redis_layer_down(settings, fresh_channel_layers):
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [f"redis://127.0.0.1:{closed_port()}/0"]},
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
         }
     }
     channel_layers.backends.clear()
@@ -96,41 +66,12 @@ def serve(tmp_path):
     processes = []
 
     def start(**env: str) -> str:
-        port = closed_port()
-        environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
-        environment.update(
-            DJANGO_SETTINGS_MODULE="dashboard.settings",
-            ONLOOKER_DATA_DIR=str(tmp_path / "data"),
-        )
-        environment.update(env)
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "dashboard.asgi:application",
-            ],
-            cwd=BASE_DIR,
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        port = free_port()
+        environment = clean_environment(ONLOOKER_DATA_DIR=str(tmp_path / "data"), **env)
+        process = start_daphne(port, environment, output=subprocess.PIPE)
         processes.append(process)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise AssertionError(f"daphne exited: {process.stderr.read().decode()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return base
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("daphne did not start listening in 30 s")
+        wait_until_listening(process, port, timeout=30, log=lambda: process.stdout.read().decode())
+        return f"http://127.0.0.1:{port}"
 
     yield start
     for process in processes:
@@ -144,7 +85,7 @@ def serve(tmp_path):
 
 def test_healthz_names_the_database_when_it_is_unreachable(serve):
     base = serve(
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/onlooker",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/onlooker",
         SECRET_KEY="x",
     )
     response = httpx.get(f"{base}/healthz", timeout=20)
@@ -157,8 +98,8 @@ def test_healthz_names_the_database_when_it_is_unreachable(serve):
 
 def test_healthz_names_both_when_database_and_redis_are_down(serve):
     base = serve(
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/onlooker",
-        REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/onlooker",
+        REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
         SECRET_KEY="x",
     )
     response = httpx.get(f"{base}/healthz", timeout=20)

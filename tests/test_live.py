@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
@@ -15,15 +14,11 @@ from tasks.models import Card, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, push
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fresh_channel_layers"),
+]
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
-
-
-@pytest.fixture(autouse=True)
-def fresh_layers():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 def cookie_for(user: User) -> tuple[bytes, bytes]:
@@ -151,14 +146,3 @@ def test_session_card_endpoint_returns_what_the_socket_sends(client, alice, ops)
     assert "Ship it?" in data["html"]["card"]
     client.force_login(User.objects.create_user("mallory"))
     assert client.get(f"/sessions/{session.pk}/card/").status_code == 404
-
-
-def test_session_page_shows_the_live_card_once(client, alice, ops):
-    registered = make_agent(team=ops)
-    push(client, registered, status("WORKING", at=1, text="Halfway"))
-    session = Session.objects.get()
-    client.force_login(alice)
-    page = client.get(f"/sessions/{session.pk}/").content.decode()
-    assert page.count("data-live-card") == 1
-    assert page.count(f'data-session="{session.pk}"') == 1
-    assert "Halfway" in page

@@ -8,19 +8,12 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
-from channels.layers import channel_layers, get_channel_layer
+from channels.layers import get_channel_layer
 
 from dashboard.asgi import application
 from tasks.models import Delivery, Refusal
 from tests.builders import status
 from tests.conftest import make_agent, push, sign_headers
-
-
-@pytest.fixture
-def fresh_layers():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 def http_scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict:
@@ -110,7 +103,7 @@ def test_chunked_body_within_the_limit_reaches_the_receiver(settings):
 
 
 def test_committed_push_hints_the_team_and_session_groups(
-    client, token_agent, fresh_layers, django_capture_on_commit_callbacks
+    client, token_agent, fresh_channel_layers, django_capture_on_commit_callbacks
 ):
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
@@ -136,7 +129,7 @@ def test_refused_push_broadcasts_nothing(client, token_agent, django_capture_on_
 
 
 def test_push_is_accepted_and_stored_while_the_channel_layer_is_down(
-    client, token_agent, settings, fresh_layers, django_capture_on_commit_callbacks
+    client, token_agent, settings, fresh_channel_layers, django_capture_on_commit_callbacks
 ):
     settings.CHANNEL_LAYERS = {
         "default": {

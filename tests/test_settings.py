@@ -5,27 +5,13 @@ that names the variable. Each test starts a fresh Python process on the real
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-# Everything the settings read; none of it leaks in from the test run's own environment.
-SETTINGS_VARIABLES = (
-    "DATABASE_URL",
-    "REDIS_URL",
-    "SECRET_KEY",
-    "DEBUG",
-    "ALLOWED_HOSTS",
-    "ONLOOKER_PUBLIC_URL",
-    "ONLOOKER_MAX_PUSH_BYTES",
-    "ONLOOKER_DATA_DIR",
-    "DJANGO_SETTINGS_MODULE",
-)
+from tests.processes import ROOT, clean_environment
 
 SETUP = "import django; django.setup()"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
@@ -41,14 +27,10 @@ def start(data_dir):
     """Start Django in a new process: `start(code, **env)` → CompletedProcess."""
 
     def run(code: str = SETUP, **env: str) -> subprocess.CompletedProcess:
-        environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
-        environment.update(
-            DJANGO_SETTINGS_MODULE="dashboard.settings", ONLOOKER_DATA_DIR=str(data_dir)
-        )
-        environment.update(env)
+        environment = clean_environment(**{"ONLOOKER_DATA_DIR": str(data_dir), **env})
         return subprocess.run(
             [sys.executable, "-c", code],
-            cwd=BASE_DIR,
+            cwd=ROOT,
             env=environment,
             capture_output=True,
             text=True,
@@ -145,11 +127,10 @@ def test_embedded_default_with_debug_off_and_no_secret_key_refuses_to_start(star
 
 
 def test_bad_value_also_stops_manage_py(data_dir):
-    environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
-    environment.update(ONLOOKER_DATA_DIR=str(data_dir), ONLOOKER_MAX_PUSH_BYTES="abc")
+    environment = clean_environment(ONLOOKER_DATA_DIR=str(data_dir), ONLOOKER_MAX_PUSH_BYTES="abc")
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],
-        cwd=BASE_DIR,
+        cwd=ROOT,
         env=environment,
         capture_output=True,
         text=True,

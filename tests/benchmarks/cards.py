@@ -32,7 +32,8 @@ import subprocess
 import sys
 import time
 
-from tests.benchmarks.workspace import ROOT, Workspace
+from tests.benchmarks.workspace import Workspace
+from tests.processes import ROOT
 
 DESCRIPTION = "render+sanitize time of 1 KiB / 8 KiB notes and cards.write writes/s"
 

@@ -42,7 +42,8 @@ import httpx
 from standardwebhooks import Webhook
 
 from tests.benchmarks import bare_push, workspace
-from tests.benchmarks.workspace import ROOT, SETTINGS_VARIABLES
+from tests.benchmarks.workspace import SETTINGS_VARIABLES
+from tests.processes import ROOT, free_port
 
 DESCRIPTION = "signed pushes/s through the real view vs a bare ASGI endpoint (target ≥ 50%)"
 
@@ -166,12 +167,6 @@ def _run_checked(command: list[str], env: dict[str, str]) -> str:
 
 
 # -- servers --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server(contextlib.AbstractContextManager):

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import ROOT
+
 # Variables the settings read; the caller's values must not leak into the children.
 SETTINGS_VARIABLES = (
     "DATABASE_URL",

@@ -1,0 +1,69 @@
+"""Child processes for tests and benchmarks: the project root, an environment free of the
+caller's settings, free loopback ports, and a Daphne serving Onlooker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Everything the settings read: none of it leaks into a child from the test run's own
+# environment (which may point at the test database or Redis).
+SETTINGS_VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "SECRET_KEY",
+    "DEBUG",
+    "ALLOWED_HOSTS",
+    "ONLOOKER_PUBLIC_URL",
+    "ONLOOKER_MAX_PUSH_BYTES",
+    "ONLOOKER_DATA_DIR",
+    "DJANGO_SETTINGS_MODULE",
+)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clean_environment(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
+    env["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    env.update(overrides)
+    return env
+
+
+def start_daphne(
+    port: int, env: dict[str, str], *, output, app: str = "dashboard.asgi:application"
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
+        cwd=ROOT,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_until_listening(
+    process: subprocess.Popen, port: int, *, timeout: float, log: Callable[[], str] = str
+) -> None:
+    """Return once `port` accepts connections; fail saying why if the process died first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the server exited with {process.returncode}:\n{log()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"the server did not accept connections within {timeout} s:\n{log()}")
