@@ -203,18 +203,52 @@ _markdown = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethr
 
 class _CardHtmlFilter(html5lib_shim.Filter):
     """After sanitizing: links get rel, and a progress bar keeps value/max only when they
-    are numbers with 0 ≤ value ≤ max and max > 0."""
+    are numbers with 0 ≤ value ≤ max and max > 0. Each bar gets an accessible name made here,
+    never taken from the agent: the text before it in its block (what a sighted reader sees
+    as its label) and its value."""
 
     def __iter__(self):
+        context = ""  # text seen since the last block boundary
         for token in super().__iter__():
-            if token["type"] in ("StartTag", "EmptyTag"):
+            kind = token["type"]
+            if kind in ("Characters", "SpaceCharacters"):
+                context = (context + token["data"])[-_LABEL_CONTEXT:]
+            elif kind in ("StartTag", "EmptyTag", "EndTag") and token["name"] in _BLOCKS:
+                context = ""
+            elif kind in ("StartTag", "EmptyTag"):
                 if token["name"] == "a":
                     attrs = dict(token["data"])
                     attrs[(None, "rel")] = LINK_REL
                     token["data"] = attrs
                 elif token["name"] == "progress":
-                    token["data"] = _progress_attributes(dict(token["data"]))
+                    attrs = _progress_attributes(dict(token["data"]))
+                    attrs[(None, "aria-label")] = _progress_label(context, attrs)
+                    token["data"] = attrs
             yield token
+
+
+_LABEL_CONTEXT = 80
+_BLOCKS = frozenset(
+    # Cells are not boundaries: a bar's label is usually in the cell before it.
+    [
+        "p",
+        "li",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "blockquote",
+        "pre",
+        "ul",
+        "ol",
+        "table",
+        "tr",
+        "thead",
+        "tbody",
+        "br",
+        "hr",
+    ]
+)
 
 
 def _progress_attributes(attrs: dict) -> dict:
@@ -228,6 +262,16 @@ def _progress_attributes(attrs: dict) -> dict:
         if float(value) <= limit:
             kept[(None, "value")] = value.strip()
     return kept
+
+
+def _progress_label(context: str, attrs: dict) -> str:
+    name = " ".join(context.split()).rstrip(" :·-–—") or "Progress"
+    value, maximum = attrs.get((None, "value")), attrs.get((None, "max"))
+    if value is None:
+        return f"{name}: in progress"
+    if maximum is None:
+        return f"{name}: {round(float(value) * 100)}%"
+    return f"{name}: {value} of {maximum}"
 
 
 _cleaner = bleach.Cleaner(

@@ -34,7 +34,8 @@ ALLOWED_TAGS = frozenset(
     ["p", "br", "hr", "strong", "em", "del", "s", "code", "pre", "blockquote", "ul", "ol", "li"]
     + ["h1", "h2", "h3", "h4", "table", "thead", "tbody", "tr", "th", "td", "a", "progress"]
 )
-ALLOWED_ATTRIBUTES = {"a": {"href", "title", "rel"}, "progress": {"value", "max"}}
+# aria-label on a bar is Onlooker's own (see test_progress_bars_are_labelled_by_onlooker).
+ALLOWED_ATTRIBUTES = {"a": {"href", "title", "rel"}, "progress": {"value", "max", "aria-label"}}
 ALLOWED_SCHEMES = {"http", "https", "mailto"}
 REL = "noopener noreferrer nofollow"
 PAYLOAD = "alert"  # every vector's code says alert(…); it must never run, and usually vanish
@@ -536,7 +537,11 @@ def test_no_vector_survives_the_write_path(post_card, vector):
 
 def progress_attributes(stored: str) -> dict:
     [bar] = [el for el in elements(stored) if el.tag == "progress"]
-    return dict(bar.attrib)
+    return {k: v for k, v in bar.attrib.items() if k != "aria-label"}
+
+
+def progress_labels(stored: str) -> list[str]:
+    return [el.attrib.get("aria-label") for el in elements(stored) if el.tag == "progress"]
 
 
 @pytest.mark.parametrize(
@@ -582,8 +587,8 @@ def test_progress_keeps_value_and_max_only_when_numeric_and_in_range(post_card, 
 def test_a_valid_progress_bar_survives_exactly(post_card):
     stored = post_card('<progress value="3" max="7"></progress>')
     assert stored in (
-        '<p><progress value="3" max="7"></progress></p>',
-        '<p><progress max="7" value="3"></progress></p>',
+        '<p><progress value="3" max="7" aria-label="Progress: 3 of 7"></progress></p>',
+        '<p><progress max="7" value="3" aria-label="Progress: 3 of 7"></progress></p>',
     )
 
 
@@ -936,3 +941,34 @@ def test_a_nul_character_is_refused_naming_the_field(post_card, client, body, fi
     )
     assert (response.status_code, response.json()["field"]) == (400, field)
     assert not Card.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("markdown", "labels"),
+    [
+        pytest.param("Deploy: <progress value=3 max=7></progress>", ["Deploy: 3 of 7"], id="of"),
+        pytest.param("Upload <progress value=0.25></progress>", ["Upload: 25%"], id="percent"),
+        pytest.param("<progress></progress>", ["Progress: in progress"], id="no-context"),
+        pytest.param(
+            "| step | done |\n|---|---|\n| Tests | <progress value=1 max=2></progress> |",
+            ["Tests: 1 of 2"],
+            id="label-in-the-cell-before",
+        ),
+        pytest.param(
+            "Build\n\n<progress value=1 max=2></progress>",
+            ["Progress: 1 of 2"],
+            id="another-paragraph-is-not-a-label",
+        ),
+        pytest.param(
+            'Deploy <progress value=1 max=2 aria-label="Approve me" title="x"></progress>',
+            ["Deploy: 1 of 2"],
+            id="agent-label-replaced",
+        ),
+    ],
+)
+def test_progress_bars_are_labelled_by_onlooker(post_card, markdown, labels):
+    """Every bar gets an accessible name made from the text before it and its value; an
+    agent cannot name a bar itself."""
+    stored = post_card(markdown)
+    assert_safe(stored)
+    assert progress_labels(stored) == labels
