@@ -1,5 +1,6 @@
-"""ASGI entry point: pushes answered by `PushReceiver`, other HTTP through Django, and the
-live socket at /ws/live/ behind session authentication and an origin check."""
+"""ASGI entry point: pushes answered by `PushReceiver`, static files served by the app itself
+(one process to run, nothing to collect), other HTTP through Django, and the live socket at
+/ws/live/ behind session authentication and an origin check."""
 
 import os
 
@@ -12,6 +13,7 @@ django_application = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from tasks.consumers import LiveConsumer  # noqa: E402
@@ -19,7 +21,7 @@ from tasks.webhooks import PushReceiver  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": PushReceiver(django_application),
+        "http": PushReceiver(ASGIStaticFilesHandler(django_application)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),

@@ -43,12 +43,17 @@ def snapshot(session: Session) -> dict:
     return {
         "type": "card.changed",
         "session": session.pk,
+        "agent": session.agent_id,
+        "title": str(session),
         "revision": card.revision if card else 0,
+        "hasCard": card is not None and not card.is_cleared,
         "state": session.state,
+        "stateLabel": session.get_state_display(),
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
         "html": {
             "card": render_to_string("tasks/_card.html", context),
+            "summary": render_to_string("tasks/_card_summary.html", context),
             "sidebar": render_to_string("tasks/_sidebar_row.html", context),
             "tile": render_to_string("tasks/_tile.html", context),
         },

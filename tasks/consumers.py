@@ -47,7 +47,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content, **kwargs) -> None:
-        """Browsers only listen; anything they send is ignored."""
+        """Browsers only listen, except for a ping: a page that hears no pong knows its
+        socket is half-open and reconnects. Anything else is ignored."""
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        # Not JSON is not an error worth closing over: ignore it like any other chatter.
+        try:
+            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        except ValueError:
+            return
 
     async def card_changed(self, event: dict) -> None:
         # Team groups overlap with the session group: the same hint may arrive twice, and

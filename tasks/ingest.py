@@ -217,7 +217,13 @@ class _Applier:
         at = status.timestamp or self.now
 
         if status.message is not None:
-            self._transcript(task, status.message, at, estimated=status.timestamp is None)
+            self._transcript(
+                task,
+                status.message,
+                at,
+                estimated=status.timestamp is None,
+                card_update=self._is_note(status),
+            )
         if status.timestamp is not None and task.status_timestamp is None:
             # The task's first dated status: messages dated only by their receipt (the
             # user's, in a snapshot that raced the agent's first update) came before it.
@@ -253,14 +259,20 @@ class _Applier:
             # Sorted, not in arrival order: pushes may come in any order.
             task.uncertain_effects = sorted([*task.uncertain_effects, effect])
 
-    def _note(self, task: Task, status: p.Status) -> None:
-        """The card's note: the latest status text that is not a question. A message of an
-        interrupted state, or one that opens an interaction, is the interaction's prompt."""
+    @staticmethod
+    def _is_note(status: p.Status) -> bool:
+        """Whether a status's text is a card note. A message of an interrupted state, or one
+        that opens an interaction, is the interaction's prompt instead."""
         message = status.message
         if message is None or not message.text or status.state in INTERRUPTED_STATES:
+            return False
+        return profile.find(profile.INTERACTIONS, message.metadata) is None
+
+    def _note(self, task: Task, status: p.Status) -> None:
+        """The card's note: the latest status text that is not a question."""
+        if not self._is_note(status):
             return
-        if profile.find(profile.INTERACTIONS, message.metadata) is not None:
-            return
+        message = status.message
         if _newer(status.timestamp, task.note_timestamp):
             task.note = message.text
             task.note_timestamp = status.timestamp or task.note_timestamp
@@ -333,7 +345,13 @@ class _Applier:
     # -- transcript -----------------------------------------------------------------------
 
     def _transcript(
-        self, task: Task | None, message: p.Message, at: datetime, *, estimated: bool
+        self,
+        task: Task | None,
+        message: p.Message,
+        at: datetime,
+        *,
+        estimated: bool,
+        card_update: bool = False,
     ) -> None:
         session = self.session
         text = message.text
@@ -356,6 +374,7 @@ class _Applier:
                     text=text,
                     at=at,
                     estimated_time=estimated,
+                    card_update=card_update,
                 )
             ],
             ignore_conflicts=True,

@@ -281,6 +281,9 @@ class Message(models.Model):
     at = models.DateTimeField()
     # True when the agent gave no time and `at` is when Onlooker received it.
     estimated_time = models.BooleanField(default=False)
+    # The agent's status text that became the card's note: the session page shows it as a
+    # one-line receipt, since the card already shows it in full.
+    card_update = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["at", "id"]
@@ -336,6 +339,19 @@ class Card(models.Model):
     @property
     def telemetry(self) -> dict | None:
         return (self.facts or {}).get("telemetry")
+
+    @property
+    def current_step(self) -> dict | None:
+        """The step a collapsed card names: the one in progress, else the next pending one,
+        else the last one done; with its 1-based position."""
+        plan = self.plan or []
+        for wanted in ("in_progress", "pending"):
+            for position, step in enumerate(plan, start=1):
+                if step["status"] == wanted:
+                    return {"position": position, "total": len(plan), **step}
+        if plan:
+            return {"position": len(plan), "total": len(plan), **plan[-1]}
+        return None
 
     def as_json(self) -> dict | None:
         if self.is_cleared:

@@ -9,14 +9,14 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.utils import timezone
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from tasks import broadcast
-from tasks.models import Agent, Session, TaskState
+from tasks import board, broadcast
+from tasks.api import api_login_required
+from tasks.models import Agent, Artifact, Card, Interaction, Session, TaskState
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -55,51 +55,43 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok", "checks": list(checks)})
 
 
-OVERVIEW_LIMIT = 300
-SIDEBAR_LIMIT = 100
-
-
-def _attention_order(sessions):
-    return sessions.order_by("-needs_human", "-updated_at", "-id")
-
-
-def _sidebar(request: HttpRequest) -> list[Session]:
-    visible = Session.objects.visible_to(request.user).select_related("card")
-    return list(_attention_order(visible)[:SIDEBAR_LIMIT])
-
-
 @require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     """The team monitoring screen: every visible session as its card, those waiting for a
     human first. Filters live in the URL so a wall screen can be bookmarked."""
-    visible = Session.objects.visible_to(request.user)
-    agents = Agent.objects.visible_to(request.user).order_by("name")
-    shown = visible.select_related("agent", "card")
-    agent, state = request.GET.get("agent", ""), request.GET.get("state", "")
-    if agent.isdigit():
-        shown = shown.filter(agent_id=int(agent))
-    if state in TaskState.values:
-        shown = shown.filter(state=state)
-    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    counts = visible.aggregate(
-        waiting=Count("pk", filter=Q(needs_human=True)),
-        working=Count("pk", filter=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING])),
-        failed_today=Count("pk", filter=Q(state=TaskState.FAILED, updated_at__gte=today)),
-    )
-    total = shown.count()
+    filters = board.Filters.from_query(request.GET)
+    sessions, total = board.tiles(request.user, filters)
     context = {
-        "sessions": list(_attention_order(shown)[:OVERVIEW_LIMIT]),
+        "sessions": sessions,
         "total": total,
-        "counts": counts,
-        "agents": agents,
+        "counts": board.counts(request.user),
+        "agents": Agent.objects.visible_to(request.user).order_by("name"),
         "states": TaskState.choices,
-        "selected_agent": agent,
-        "selected_state": state,
+        "filters": filters,
         "wall": request.GET.get("display") == "wall",
-        "sidebar": _sidebar(request),
+        "sidebar": board.sidebar(request.user),
     }
     return render(request, "tasks/overview.html", context)
+
+
+@require_GET
+@api_login_required
+def live_board(request: HttpRequest) -> JsonResponse:
+    """What a (re)connecting page refetches: the counts, the sidebar rows and, with
+    `?tiles=1`, the monitoring screen's tiles for the filters given, rendered with the same
+    partials as the pages."""
+    data = {
+        "counts": board.counts(request.user),
+        "sidebar": render_to_string(
+            "tasks/_sidebar_rows.html", {"sidebar": board.sidebar(request.user)}
+        ),
+    }
+    if request.GET.get("tiles"):
+        sessions, total = board.tiles(request.user, board.Filters.from_query(request.GET))
+        data["tiles"] = render_to_string("tasks/_tiles.html", {"sessions": sessions})
+        data["total"] = total
+    return JsonResponse(data)
 
 
 def _visible_session(request: HttpRequest, session_id: int) -> Session:
@@ -114,24 +106,47 @@ def _visible_session(request: HttpRequest, session_id: int) -> Session:
     return session
 
 
+TRANSCRIPT_LIMIT = 500
+
+
+def _activity(session: Session) -> dict:
+    """The session page's body below the heading: transcript, artifacts, open interactions."""
+    messages = list(session.messages.order_by("-at", "-id")[:TRANSCRIPT_LIMIT])[::-1]
+    return {
+        "messages_": messages,
+        "artifacts": Artifact.objects.filter(task__session=session).select_related("task"),
+        "interactions": Interaction.objects.filter(
+            task__session=session, state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING]
+        ).order_by("opened_at", "id"),
+    }
+
+
 @require_GET
 @login_required
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _visible_session(request, session_id)
     context = {
         "session": session,
-        "card": getattr(session, "card", None),
-        "messages_": session.messages.all()[:500],
-        "sidebar": _sidebar(request),
-        "counts": {
-            "waiting": Session.objects.visible_to(request.user).filter(needs_human=True).count()
-        },
+        "card": Card.objects.filter(session=session).first(),
+        "sidebar": board.sidebar(request.user),
+        "counts": board.counts(request.user),
+        **_activity(session),
     }
     return render(request, "tasks/session.html", context)
 
 
 @require_GET
-@login_required
+@api_login_required
+def session_activity(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The session page's activity, refetched when a live message says the session changed."""
+    session = _visible_session(request, session_id)
+    card = Card.objects.filter(session=session).first()
+    context = {"session": session, "card": card, **_activity(session)}
+    return render(request, "tasks/_activity.html", context)
+
+
+@require_GET
+@api_login_required
 def session_card(request: HttpRequest, session_id: int) -> JsonResponse:
     """The session's current fragments: what a browser refetches on every (re)connect."""
     snapshot = broadcast.snapshot(_visible_session(request, session_id))

@@ -71,7 +71,12 @@ def test_team_member_hears_a_push_with_fragments_and_revision(alice, ops):
     assert message["session"] == session.pk
     assert message["revision"] == Card.objects.get().revision == 1
     assert (message["state"], message["needsHuman"]) == ("TASK_STATE_WORKING", False)
-    assert set(message["html"]) == {"card", "sidebar", "tile"}
+    assert set(message["html"]) == {"card", "summary", "sidebar", "tile"}
+    assert (message["title"], message["stateLabel"], message["hasCard"]) == (
+        session.context_id,
+        "working",
+        True,
+    )
     assert f'data-session="{session.pk}" data-revision="1"' in message["html"]["card"]
     assert "Reading logs" in message["html"]["card"]
     assert f'data-sidebar-session="{session.pk}"' in message["html"]["sidebar"]
@@ -139,7 +144,7 @@ def test_session_card_endpoint_returns_what_the_socket_sends(client, alice, ops)
     registered = make_agent(team=ops)
     push(client, registered, status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship it?")))
     session = Session.objects.get()
-    assert client.get(f"/sessions/{session.pk}/card/").status_code == 302
+    assert client.get(f"/sessions/{session.pk}/card/").status_code == 401
     client.force_login(alice)
     data = client.get(f"/sessions/{session.pk}/card/").json()
     assert (data["session"], data["revision"], data["needsHuman"]) == (session.pk, 1, True)

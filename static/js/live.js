@@ -1,0 +1,370 @@
+// Keeps a page live: one socket to /ws/live/, fragments swapped by revision, and an HTTP
+// refetch on every (re)connect and whenever the tab becomes visible again, so a message lost
+// while away costs nothing. Fragments are server-rendered, sanitized HTML (the same partials
+// as the page); nothing a user typed is ever inserted here other than inside them.
+import { elements, fragment } from "./fragments.js";
+import { tickTimes } from "./times.js";
+
+const body = document.body;
+const boardUrl = body.dataset.boardUrl;
+const sessionId = body.dataset.liveSession || "";
+const overview = "liveOverview" in body.dataset;
+const filters = { agent: body.dataset.filterAgent || "", state: body.dataset.filterState || "" };
+
+const RETRY_FIRST_MS = 500;
+const RETRY_MAX_MS = 30_000;
+const PING_EVERY_MS = 25_000; // a wall screen must notice a half-open socket on its own
+const PONG_WITHIN_MS = 10_000;
+const SIDEBAR_LIMIT = 100;
+
+const status = document.querySelector("[data-live-status]");
+const announcer = document.querySelector("[data-live-announce]");
+const sidebarList = document.querySelector("[data-sidebar-list]");
+const tiles = document.querySelector("[data-tiles]");
+
+// What the page shows of each session: {revision, updated, state, needsHuman}. A message or
+// refetch older than this is dropped.
+const shown = new Map();
+
+function version(element) {
+  return {
+    revision: Number(element.dataset.revision || 0),
+    updated: Date.parse(element.dataset.updated || "") || 0,
+  };
+}
+
+function isOlder(candidate, current) {
+  if (!current) return false;
+  if (candidate.revision !== current.revision) return candidate.revision < current.revision;
+  return candidate.updated < current.updated;
+}
+
+function isSame(candidate, current) {
+  return current && candidate.revision === current.revision && candidate.updated === current.updated;
+}
+
+function remember(id, element) {
+  const known = shown.get(id);
+  const seen = { ...version(element), state: element.dataset.state, needsHuman: element.dataset.needsHuman === "true" };
+  if (!known || isOlder(known, seen)) shown.set(id, { ...known, ...seen });
+}
+
+for (const row of document.querySelectorAll("[data-sidebar-session]")) remember(row.dataset.sidebarSession, row);
+for (const tile of document.querySelectorAll("[data-tile-session]")) remember(tile.dataset.tileSession, tile);
+
+// -- ordering: needs a human first, then the most recently updated, then the newest id --------
+
+function ranks(element) {
+  return [element.dataset.needsHuman === "true" ? 1 : 0, Date.parse(element.dataset.updated || "") || 0];
+}
+
+function before(a, b, idOf) {
+  const [ha, ua] = ranks(a);
+  const [hb, ub] = ranks(b);
+  if (ha !== hb) return ha > hb;
+  if (ua !== ub) return ua > ub;
+  return Number(idOf(a)) > Number(idOf(b));
+}
+
+// Moves only the one element that changed: the rest are still in order, and moving fewer
+// nodes keeps focus and hover where a person left them.
+function place(container, element, idOf) {
+  const siblings = [...container.children].filter((child) => child !== element && idOf(child));
+  const next = siblings.find((other) => before(element, other, idOf));
+  if (next) {
+    if (element.nextElementSibling !== next) container.insertBefore(element, next);
+  } else if (container.lastElementChild !== element) {
+    container.append(element);
+  }
+}
+
+const rowId = (element) => element.dataset.sidebarSession;
+const tileId = (element) => element.dataset.tileSession;
+
+// -- applying one session's message ---------------------------------------------------------
+
+function swap(existing, html) {
+  const replacement = fragment(html);
+  if (!replacement) return null;
+  existing.replaceWith(replacement);
+  return replacement;
+}
+
+function matchesFilters(message) {
+  if (filters.agent && String(message.agent) !== filters.agent) return false;
+  if (filters.state && message.state !== filters.state) return false;
+  return true;
+}
+
+function applySidebar(id, message) {
+  if (!sidebarList) return;
+  const existing = sidebarList.querySelector(`[data-sidebar-session="${id}"]`);
+  let row;
+  if (existing) {
+    // Keep a focused row's focus: the hovercard and keyboard users rely on it.
+    const hadFocus = existing.contains(document.activeElement);
+    row = swap(existing, message.html.sidebar);
+    if (row && hadFocus) row.querySelector("a")?.focus({ preventScroll: true });
+  } else {
+    row = fragment(message.html.sidebar);
+    if (!row) return;
+    sidebarList.querySelector(".sidebar-empty")?.remove();
+    sidebarList.append(row);
+  }
+  if (row) place(sidebarList, row, rowId);
+  const rows = sidebarList.querySelectorAll("[data-sidebar-session]");
+  for (const extra of [...rows].slice(SIDEBAR_LIMIT)) extra.remove();
+}
+
+function applyTile(id, message) {
+  if (!tiles) return;
+  const existing = tiles.querySelector(`[data-tile-session="${id}"]`);
+  if (!matchesFilters(message)) {
+    existing?.remove();
+    return;
+  }
+  const tile = existing ? swap(existing, message.html.tile) : fragment(message.html.tile);
+  if (!tile) return;
+  if (!existing) {
+    document.querySelector(".tiles-empty")?.remove();
+    tiles.append(tile);
+  }
+  place(tiles, tile, tileId);
+}
+
+function applySessionPage(id, message) {
+  if (id !== sessionId) return;
+  for (const card of document.querySelectorAll(`[data-live-card] article[data-session="${id}"]`)) {
+    swap(card, message.html.card);
+  }
+  const summary = document.querySelector(`[data-card-summary="${id}"]`);
+  if (summary) swap(summary, message.html.summary);
+  refreshActivity();
+}
+
+function announce(id, message, previous) {
+  if (!announcer || !previous || previous.state === message.state) return;
+  if (!message.stateLabel) return;
+  announcer.textContent = `${message.title}: ${message.stateLabel.toLowerCase()}${message.needsHuman ? ", needs a person" : ""}`;
+}
+
+function apply(message) {
+  const id = String(message.session);
+  const incoming = { revision: message.revision, updated: Date.parse(message.updatedAt) || 0 };
+  const previous = shown.get(id);
+  if (isOlder(incoming, previous) || isSame(incoming, previous)) return;
+  shown.set(id, { ...incoming, state: message.state, needsHuman: message.needsHuman });
+  applySidebar(id, message);
+  applyTile(id, message);
+  applySessionPage(id, message);
+  announce(id, message, previous);
+  if (!previous || previous.state !== message.state || previous.needsHuman !== message.needsHuman) {
+    refreshCounts();
+  }
+  document.dispatchEvent(new CustomEvent("onlooker:changed", { detail: message }));
+}
+
+// -- counts and tab title ---------------------------------------------------------------------
+
+const baseTitle = document.title.replace(/^\(\d+\) /, "");
+
+function showCounts(counts) {
+  for (const [name, value] of Object.entries({
+    waiting: counts.waiting,
+    working: counts.working,
+    "failed-today": counts.failed_today,
+  })) {
+    const element = document.querySelector(`[data-count="${name}"]`);
+    if (element) element.textContent = String(value);
+  }
+  document.title = counts.waiting ? `(${counts.waiting}) ${baseTitle}` : baseTitle;
+}
+
+// -- HTTP refetch -----------------------------------------------------------------------------
+
+async function getJson(url) {
+  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (response.status === 401) {
+    location.reload(); // logged out meanwhile: the page itself will ask to log in
+    throw new Error("logged out");
+  }
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+function boardQuery(withTiles) {
+  const query = new URLSearchParams();
+  if (withTiles) query.set("tiles", "1");
+  if (filters.agent) query.set("agent", filters.agent);
+  if (filters.state) query.set("state", filters.state);
+  return `${boardUrl}?${query}`;
+}
+
+// Replaces a list with the server's, in the server's order, except that an element the page
+// already shows at a newer version (a live message that beat the fetch) is kept.
+function replaceList(container, html, idOf) {
+  const incoming = elements(html);
+  const current = new Map([...container.children].filter(idOf).map((child) => [idOf(child), child]));
+  const next = incoming.map((element) => {
+    const id = idOf(element);
+    const mine = id && current.get(id);
+    if (mine && isOlder(version(element), version(mine))) return mine;
+    if (id) remember(id, element);
+    return element;
+  });
+  container.replaceChildren(...next);
+}
+
+let refreshing = null;
+async function refetch() {
+  if (refreshing) return refreshing;
+  refreshing = (async () => {
+    try {
+      const board = await getJson(boardQuery(overview && tiles));
+      showCounts(board.counts);
+      if (sidebarList) replaceList(sidebarList, board.sidebar, rowId);
+      if (tiles && board.tiles !== undefined) replaceList(tiles, board.tiles, tileId);
+      if (sessionId) {
+        const snapshot = await getJson(body.dataset.cardUrl);
+        shown.delete(sessionId); // the session's own snapshot is the truth for its page
+        apply(snapshot);
+      }
+    } catch (error) {
+      console.warn("onlooker: refetch failed", error);
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+let countsTimer = null;
+function refreshCounts() {
+  if (countsTimer) return;
+  countsTimer = setTimeout(async () => {
+    countsTimer = null;
+    try {
+      showCounts((await getJson(boardQuery(false))).counts);
+    } catch (error) {
+      console.warn("onlooker: counts refresh failed", error);
+    }
+  }, 250);
+}
+
+let activityTimer = null;
+function refreshActivity() {
+  const url = body.dataset.activityUrl;
+  if (!url || activityTimer) return;
+  activityTimer = setTimeout(async () => {
+    activityTimer = null;
+    try {
+      const response = await fetch(url, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const replacement = fragment(await response.text());
+      const current = document.querySelector("[data-session-activity]");
+      if (replacement && current) {
+        // Keep open receipts open: a person reading one should not see it snap shut.
+        const open = new Set([...current.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+        for (const details of replacement.querySelectorAll("details[data-key]")) {
+          if (open.has(details.dataset.key)) details.open = true;
+        }
+        current.replaceWith(replacement);
+        tickTimes();
+      }
+    } catch (error) {
+      console.warn("onlooker: activity refresh failed", error);
+    }
+  }, 300);
+}
+
+// -- the socket -------------------------------------------------------------------------------
+
+function setStatus(state) {
+  if (!status) return;
+  status.textContent = state;
+  status.dataset.state = state;
+}
+
+let socket = null;
+let attempt = 0;
+let retryTimer = null;
+let pingTimer = null;
+let pongTimer = null;
+
+function socketUrl() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const query = sessionId ? `?session=${encodeURIComponent(sessionId)}` : "";
+  return `${scheme}//${location.host}/ws/live/${query}`;
+}
+
+function connect() {
+  clearTimeout(retryTimer);
+  retryTimer = null;
+  const ws = new WebSocket(socketUrl());
+  socket = ws;
+  ws.addEventListener("open", () => {
+    attempt = 0;
+    setStatus("live");
+    refetch();
+    pingTimer = setInterval(() => ping(ws), PING_EVERY_MS);
+  });
+  ws.addEventListener("message", (event) => {
+    let message;
+    try {
+      message = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (message.type === "pong") {
+      clearTimeout(pongTimer);
+      return;
+    }
+    if (message.session !== undefined && message.html) apply(message);
+  });
+  ws.addEventListener("close", (event) => {
+    clearInterval(pingTimer);
+    clearTimeout(pongTimer);
+    if (socket !== ws) return;
+    socket = null;
+    setStatus("reconnecting");
+    if (event.code === 4401) {
+      location.reload(); // the login expired: let the server send the person to log in
+      return;
+    }
+    retry();
+  });
+}
+
+function ping(ws) {
+  if (ws.readyState !== WebSocket.OPEN) return;
+  ws.send(JSON.stringify({ type: "ping" }));
+  clearTimeout(pongTimer);
+  pongTimer = setTimeout(() => ws.close(), PONG_WITHIN_MS);
+}
+
+// Exponential backoff with full jitter, so a restarted server is not hit by every screen at once.
+function retry() {
+  if (retryTimer) return;
+  const ceiling = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** attempt);
+  attempt += 1;
+  const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+  retryTimer = setTimeout(connect, delay);
+}
+
+function reconnectNow() {
+  if (socket && socket.readyState <= WebSocket.OPEN) {
+    if (socket.readyState === WebSocket.OPEN) refetch();
+    return;
+  }
+  attempt = 0;
+  connect();
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") reconnectNow();
+});
+window.addEventListener("online", reconnectNow);
+
+if (boardUrl) connect();
+tickTimes();
+setInterval(tickTimes, 5_000);

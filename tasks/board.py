@@ -1,0 +1,60 @@
+"""What the monitoring screen and the sidebar show: visible sessions in attention order (those
+waiting for a human first, then the most recently updated), the filters from the URL, and the
+counts. The pages render it; the board endpoint sends the same thing to a reconnecting page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Q, QuerySet
+from django.http import QueryDict
+from django.utils import timezone
+
+from tasks.models import Session, TaskState
+
+OVERVIEW_LIMIT = 300
+SIDEBAR_LIMIT = 100
+
+
+def attention_order(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    return sessions.order_by("-needs_human", "-updated_at", "-id")
+
+
+@dataclass(frozen=True)
+class Filters:
+    agent: str = ""
+    state: str = ""
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> Filters:
+        """Unknown values are ignored rather than refused: a stale bookmark still opens."""
+        agent, state = query.get("agent", ""), query.get("state", "")
+        return cls(agent if agent.isdigit() else "", state if state in TaskState.values else "")
+
+    def apply(self, sessions: QuerySet[Session]) -> QuerySet[Session]:
+        if self.agent:
+            sessions = sessions.filter(agent_id=int(self.agent))
+        if self.state:
+            sessions = sessions.filter(state=self.state)
+        return sessions
+
+
+def counts(user) -> dict[str, int]:
+    """Waiting for a human, working, failed today: over everything the user may see."""
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    return Session.objects.visible_to(user).aggregate(
+        waiting=Count("pk", filter=Q(needs_human=True)),
+        working=Count("pk", filter=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING])),
+        failed_today=Count("pk", filter=Q(state=TaskState.FAILED, updated_at__gte=today)),
+    )
+
+
+def sidebar(user) -> list[Session]:
+    visible = Session.objects.visible_to(user).select_related("card")
+    return list(attention_order(visible)[:SIDEBAR_LIMIT])
+
+
+def tiles(user, filters: Filters) -> tuple[list[Session], int]:
+    """The sessions the monitoring screen shows as tiles, and how many match in all."""
+    shown = filters.apply(Session.objects.visible_to(user).select_related("agent", "card"))
+    return list(attention_order(shown)[:OVERVIEW_LIMIT]), shown.count()
