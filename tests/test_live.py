@@ -151,3 +151,21 @@ def test_session_card_endpoint_returns_what_the_socket_sends(client, alice, ops)
     assert "Ship it?" in data["html"]["card"]
     client.force_login(User.objects.create_user("mallory"))
     assert client.get(f"/sessions/{session.pk}/card/").status_code == 404
+
+
+def test_socket_answers_a_ping_and_ignores_other_chatter(alice):
+    """Pages ping to find half-open sockets; anything else a browser sends changes nothing."""
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        assert (await communicator.connect())[0]
+        await communicator.send_to(text_data="not json")
+        await communicator.send_to(bytes_data=b"\x00")
+        await communicator.send_json_to({"type": "card.changed", "session": 1})
+        await communicator.send_json_to({"type": "ping"})
+        answer = await communicator.receive_json_from(timeout=2)
+        nothing_else = await communicator.receive_nothing(timeout=0.2)
+        await communicator.disconnect()
+        return answer, nothing_else
+
+    assert run(scenario) == ({"type": "pong"}, True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import time_machine
 from django.contrib.auth.models import Group
@@ -12,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tasks.models import Session
-from tests.builders import approval, status
+from tests.builders import approval, progress, status
 from tests.conftest import NOW, make_agent, push
 
 
@@ -132,3 +133,90 @@ def test_session_of_another_team_is_404(client, alice):
     send(client, other, status("WORKING", at=1))
     client.force_login(alice)
     assert client.get(f"/sessions/{Session.objects.get().pk}/").status_code == 404
+
+
+def test_board_endpoint_sends_counts_rows_and_filtered_tiles_to_the_team_only(
+    client, alice, charlie, ops
+):
+    team = make_agent(team=ops)
+    send(client, team, status("WORKING", context="a", task="ta", at=1))
+    send(client, team, status("INPUT_REQUIRED", context="b", task="tb", at=2, text="Which db?"))
+    working, waiting = Session.objects.order_by("context_id")
+    assert client.get("/live/board/").status_code == 401
+
+    client.force_login(alice)
+    board = client.get("/live/board/?tiles=1&state=TASK_STATE_WORKING").json()
+    assert board["counts"] == {"waiting": 1, "working": 1, "failed_today": 0}
+    rows = re.findall(r'data-sidebar-session="(\d+)"', board["sidebar"])
+    assert rows == [str(waiting.pk), str(working.pk)]
+    assert tile_order(board["tiles"]) == [working.pk] and board["total"] == 1
+    assert "tiles" not in client.get("/live/board/").json()
+
+    client.force_login(charlie)
+    board = client.get("/live/board/?tiles=1").json()
+    assert board["counts"]["waiting"] == 0 and "data-sidebar-session" not in board["sidebar"]
+    assert tile_order(board["tiles"]) == []
+
+
+def test_session_page_shows_receipts_artifacts_and_what_the_agent_waits_for(client, alice, ops):
+    team = make_agent(team=ops)
+    send(client, team, status("WORKING", at=1, text="Reading the logs"))
+    files = {"kind": "report", "version": 2, "size": 2048, "sha256": "ab" * 32, "path": "out/r.md"}
+    parts = [
+        {"text": "Summary: all green"},
+        {"url": "https://files.example/r.md", "filename": "r.md"},
+        {"url": "javascript:alert(1)", "filename": "evil"},
+    ]
+    update = {"artifactUpdate": {"taskId": "task-1", "contextId": "ctx-1", "artifact": {
+        "artifactId": "report", "name": "Report", "parts": parts,
+        "metadata": {"https://docs.nylorun.com/a2a/files/v1": files}}}}  # fmt: skip
+    send(client, team, update)
+    send(client, team, status("AUTH_REQUIRED", at=3, metadata=approval("i-1", "Deploy to prod?")))
+    client.force_login(alice)
+    page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
+
+    receipt = page[page.index('class="message message-receipt"') :]
+    assert "Progress card updated: Reading the logs" in receipt[: receipt.index("</summary>")]
+    assert "Approval</strong>:\n          Deploy to prod?" in page
+    assert "version 2" in page and "out/r.md" in page and "ab" * 32 in page
+    assert "2.0\xa0KB (2048 bytes)" in page and "Summary: all green" in page
+    assert (
+        '<a href="https://files.example/r.md" rel="noopener noreferrer nofollow" '
+        'target="_blank">r.md</a>' in page
+    )
+    assert 'href="javascript:' not in page and "<code>javascript:alert(1)</code>" in page
+
+
+def test_session_activity_fragment_is_what_the_page_shows(client, alice, charlie, ops):
+    team = make_agent(team=ops)
+    send(client, team, status("WORKING", at=1, text="Step one"))
+    session = Session.objects.get()
+    url = f"/sessions/{session.pk}/activity/"
+    assert client.get(url).status_code == 401
+    client.force_login(charlie)
+    assert client.get(url).status_code == 404
+    client.force_login(alice)
+    fragment = client.get(url).content.decode()
+    assert fragment.lstrip().startswith('<div class="session-activity" data-session-activity')
+    assert fragment.strip() in client.get(f"/sessions/{session.pk}/").content.decode()
+
+
+def test_collapsed_card_names_the_current_step(client, alice, ops):
+    team = make_agent(team=ops)
+    plan = progress(("Build", "completed"), ("Test", "in_progress"), ("Ship", "pending"))
+    send(client, team, status("WORKING", at=1, metadata=plan))
+    client.force_login(alice)
+    page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
+    assert '<span class="summary-step">2/3 · Test</span>' in page
+
+
+@time_machine.travel(NOW, tick=False)
+def test_relative_times_read_as_the_script_writes_them(client, alice, ops):
+    from tasks.templatetags.onlooker import ago
+
+    cases = {0: "just now", 12: "12 s ago", 185: "3 min ago", 7300: "2 h ago", 200_000: "2 d ago"}
+    for seconds, text in cases.items():
+        assert ago(NOW - timedelta(seconds=seconds)) == text
+    script = (Path(__file__).parent.parent / "static/js/times.js").read_text()
+    for unit in ('"d", 86_400', '"h", 3_600', '"min", 60', "s ago", "just now"):
+        assert unit in script
