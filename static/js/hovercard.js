@@ -42,22 +42,24 @@ function scheduleClose() {
   closeTimer = setTimeout(close, CLOSE_DELAY_MS);
 }
 
-async function open(id) {
-  const row = list?.querySelector(`[data-sidebar-session="${id}"]`);
-  if (!row || row.dataset.hasCard !== "true") return;
-  const mine = ++request;
-  let snapshot;
+async function load(id) {
   try {
     const response = await fetch(`/sessions/${encodeURIComponent(id)}/card/`, {
       credentials: "same-origin",
       headers: { Accept: "application/json" },
     });
-    if (!response.ok) return;
-    snapshot = await response.json();
+    return response.ok ? await response.json() : null;
   } catch {
-    return;
+    return null;
   }
-  if (mine !== request || !snapshot.hasCard) return;
+}
+
+async function open(id) {
+  const row = list?.querySelector(`[data-sidebar-session="${id}"]`);
+  if (!row || row.dataset.hasCard !== "true") return;
+  const mine = ++request;
+  const snapshot = await load(id);
+  if (mine !== request || !snapshot?.hasCard) return;
   close();
   const dialog = document.createElement("div");
   dialog.className = "hovercard";
@@ -154,6 +156,17 @@ document.addEventListener("onlooker:changed", (event) => {
   // The row was just re-rendered: tell assistive technology again that its card is open.
   linkOf(openFor)?.setAttribute("aria-expanded", "true");
   linkOf(openFor)?.setAttribute("aria-controls", card.id);
+});
+
+// The page refetched after a reconnect: what the open card shows may have changed unheard.
+document.addEventListener("onlooker:refetched", async () => {
+  if (!card) return;
+  const id = openFor;
+  const snapshot = await load(id);
+  if (snapshot && id === openFor) {
+    if (snapshot.hasCard) show(snapshot);
+    else close();
+  }
 });
 
 window.addEventListener("resize", position);

@@ -200,19 +200,25 @@ function boardQuery(withTiles) {
   return `${boardUrl}?${query}`;
 }
 
-// Replaces a list with the server's, in the server's order, except that an element the page
-// already shows at a newer version (a live message that beat the fetch) is kept.
+// Replaces a list with the server's, in the server's order. An element the page already shows
+// at the same or a newer version (a live message that beat the fetch) stays as it is, and a
+// focused row gets its focus back, so a refetch never throws a keyboard user out of the list.
 function replaceList(container, html, idOf) {
   const incoming = elements(html);
   const current = new Map([...container.children].filter(idOf).map((child) => [idOf(child), child]));
+  const focused = [...current.values()].find((child) => child.contains(document.activeElement));
   const next = incoming.map((element) => {
     const id = idOf(element);
     const mine = id && current.get(id);
-    if (mine && isOlder(version(element), version(mine))) return mine;
+    if (mine && !isOlder(version(mine), version(element))) return mine;
     if (id) remember(id, element);
     return element;
   });
   container.replaceChildren(...next);
+  if (focused && !focused.isConnected) {
+    const replacement = next.find((element) => idOf(element) === idOf(focused));
+    replacement?.querySelector("a")?.focus({ preventScroll: true });
+  }
 }
 
 let refreshing = null;
@@ -229,6 +235,7 @@ async function refetch() {
         shown.delete(sessionId); // the session's own snapshot is the truth for its page
         apply(snapshot);
       }
+      document.dispatchEvent(new CustomEvent("onlooker:refetched"));
     } catch (error) {
       console.warn("onlooker: refetch failed", error);
     } finally {
