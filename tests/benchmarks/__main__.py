@@ -15,6 +15,7 @@ import sys
 BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
     "cards": "tests.benchmarks.cards",
+    "live": "tests.benchmarks.live",
 }
 
 
