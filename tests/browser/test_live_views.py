@@ -120,6 +120,10 @@ def test_push_reorders_the_overview_and_updates_the_tab_title(
         "data-revision", revision(older)
     )
     expect(tile).to_contain_text("Which branch?")
+    # Told to screen readers too, not only shown.
+    expect(page.locator("[data-live-announce]")).to_have_text(
+        "older: input required, needs a person"
+    )
     expect_not_reloaded(page)
 
 
