@@ -307,3 +307,56 @@ def test_page_reconnects_after_a_server_restart_and_shows_what_changed_meanwhile
         expect(card).to_contain_text("Changed while away")
         expect(card).to_have_attribute("data-revision", revision(session))
         expect_not_reloaded(page)
+
+
+# -- stale and repeated messages -----------------------------------------------------------
+
+
+def test_a_stale_or_repeated_message_never_replaces_a_newer_card(
+    server, page, login, open_live, alice, ops
+):
+    """Messages may arrive late, twice, or out of order (two groups, two processes, a
+    refetch racing the socket): the page keeps the newest revision it has shown."""
+    routes = []
+
+    def through(ws) -> None:  # the real server behind, plus a hand to inject messages
+        ws.connect_to_server()
+        routes.append(ws)
+
+    page.route_web_socket("**/ws/live/**", through)
+    agent = make_agent(team=ops)
+    session = send(server, agent, status("WORKING", at=1, text="First"))
+    login(alice)
+    open_live(f"/sessions/{session.pk}/")
+    send(server, agent, status("WORKING", at=2, text="Second"))
+    card = live_card(page, session)
+    expect(card).to_contain_text("Second")
+    current = int(revision(session))
+
+    stale = Client()
+    stale.force_login(alice)
+    snapshot = stale.get(f"/sessions/{session.pk}/card/").json()
+    old_html = snapshot["html"]["card"].replace("Second", "Stale text")
+    page.evaluate(
+        """() => new MutationObserver(() => {
+            if (document.body.textContent.includes("Stale text")) window.__sawStale = true;
+        }).observe(document.body, {subtree: true, childList: true, characterData: true})"""
+    )
+    for injected in (current - 1, current):  # older, then a repeat of the same revision
+        message = {
+            **snapshot,
+            "revision": injected,
+            "html": {**snapshot["html"], "card": old_html.replace(
+                f'data-revision="{current}"', f'data-revision="{injected}"'
+            )},
+        }  # fmt: skip
+        routes[-1].send(json.dumps(message))
+    # A marker message with a newer revision proves the injected ones were processed first.
+    newer = {**snapshot, "revision": current + 1, "updatedAt": snapshot["updatedAt"]}
+    newer["html"] = {**snapshot["html"], "card": snapshot["html"]["card"].replace(
+        f'data-revision="{current}"', f'data-revision="{current + 1}"'
+    ).replace("Second", "Newest")}  # fmt: skip
+    routes[-1].send(json.dumps(newer))
+
+    expect(card).to_contain_text("Newest")
+    assert page.evaluate("window.__sawStale") is None, "a stale message was shown"
