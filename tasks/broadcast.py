@@ -12,6 +12,8 @@ use, so consumers only forward. Bursts are coalesced per session: at most one me
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import threading
 import time
@@ -74,6 +76,29 @@ def session_changed(session: Session, *, team_id: int | None) -> None:
     transaction.on_commit(send)
 
 
+def wire(message: dict) -> dict:
+    """What travels through the channel layer: the message encoded once, here, rather than
+    once per socket by every consumer that forwards it."""
+    body = {k: v for k, v in message.items() if k != "type"}
+    return {"type": message["type"], "text": json.dumps(body, separators=(",", ":"))}
+
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def use_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The ASGI server's event loop (set by the socket consumer and the push receiver). A
+    delayed message is sent from it: the in-memory layer's queues belong to that loop, and
+    a send from any other loop would not wake the sockets waiting on them."""
+    global _server_loop
+    _server_loop = loop
+
+
+def _running_server_loop() -> asyncio.AbstractEventLoop | None:
+    loop = _server_loop
+    return loop if loop is not None and loop.is_running() else None
+
+
 class _Coalescer:
     """Per session: send now if the last message went out long enough ago, otherwise keep the
     newest message and send it when the interval is up."""
@@ -93,20 +118,37 @@ class _Coalescer:
                 already_waiting = session_id in self.pending
                 self.pending[session_id] = (groups, message)
                 if not already_waiting:
-                    timer = threading.Timer(wait, self._flush, args=(session_id,))
-                    timer.daemon = True
-                    timer.start()
+                    self._later(wait, session_id)
                 return
             self.last_sent[session_id] = time.monotonic()
         _send(groups, message)
 
-    def _flush(self, session_id: int) -> None:
+    def _later(self, wait: float, session_id: int) -> None:
+        loop = _running_server_loop()
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.call_later, wait, self._flush_on_loop, session_id)
+            return
+        # No server loop (a management command, a sync test): a timer thread will do.
+        timer = threading.Timer(wait, self._flush_in_thread, args=(session_id,))
+        timer.daemon = True
+        timer.start()
+
+    def _take(self, session_id: int) -> tuple[list[str], dict] | None:
         with self.lock:
             entry = self.pending.pop(session_id, None)
-            if entry is None:  # cleared meanwhile
-                return
-            self.last_sent[session_id] = time.monotonic()
-        _send(*entry)
+            if entry is not None:  # else cleared meanwhile
+                self.last_sent[session_id] = time.monotonic()
+            return entry
+
+    def _flush_on_loop(self, session_id: int) -> None:
+        entry = self._take(session_id)
+        if entry is not None:
+            asyncio.get_running_loop().create_task(_send_async(*entry))
+
+    def _flush_in_thread(self, session_id: int) -> None:
+        entry = self._take(session_id)
+        if entry is not None:
+            _send(*entry)
 
     def clear(self) -> None:
         """Forget every session: pending messages are dropped (tests start from nothing)."""
@@ -119,11 +161,19 @@ coalescer = _Coalescer()
 
 
 def _send(groups: list[str], message: dict) -> None:
+    try:
+        async_to_sync(_send_async)(groups, message)
+    except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
+        log.warning("broadcast to %s failed: %s", groups, error)
+
+
+async def _send_async(groups: list[str], message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    encoded = wire(message)
     try:
         for group in groups:
-            async_to_sync(layer.group_send)(group, message)
+            await layer.group_send(group, encoded)
     except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
         log.warning("broadcast to %s failed: %s", groups, error)

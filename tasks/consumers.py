@@ -5,6 +5,7 @@ rendered."""
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -30,6 +31,7 @@ def groups_for(user, session_id: int | None) -> list[str]:
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
+        broadcast.use_loop(asyncio.get_running_loop())
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -60,6 +62,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
 
     async def card_changed(self, event: dict) -> None:
-        # Team groups overlap with the session group: the same hint may arrive twice, and
-        # the browser keeps the newest revision, so a repeat is harmless.
-        await self.send_json({k: v for k, v in event.items() if k != "type"})
+        # Encoded once by broadcast.wire. Team groups overlap with the session group: the
+        # same hint may arrive twice, and the browser keeps the newest revision.
+        await self.send(text_data=event["text"])

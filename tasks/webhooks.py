@@ -7,6 +7,7 @@ agent's `Refusal` row. An accepted one is committed before the 2xx goes out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -23,7 +24,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import ingest, protocol
+from tasks import broadcast, ingest, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ class PushReceiver:
         match = _PUSH_PATH.match(scope["path"]) if scope["type"] == "http" else None
         if match is None or scope["method"] != "POST":
             return await self.app(scope, receive, send)
+        broadcast.use_loop(asyncio.get_running_loop())  # delayed hints go out from here
         endpoint_id = match["endpoint"]
         limit = settings.ONLOOKER_MAX_PUSH_BYTES
         headers = _asgi_headers(scope)

@@ -111,8 +111,9 @@ def test_committed_push_hints_the_team_and_session_groups(
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         push(client, token_agent, status("WORKING", at=1))
     assert len(callbacks) == 1
-    message = async_to_sync(layer.receive)(channel)
-    assert message["type"] == "card.changed"
+    wired = async_to_sync(layer.receive)(channel)
+    assert set(wired) == {"type", "text"} and wired["type"] == "card.changed"
+    message = json.loads(wired["text"])  # encoded once for every socket that forwards it
     assert (message["state"], message["needsHuman"], message["revision"]) == (
         "TASK_STATE_WORKING",
         False,

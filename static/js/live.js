@@ -39,10 +39,6 @@ function isOlder(candidate, current) {
   return candidate.updated < current.updated;
 }
 
-function isSame(candidate, current) {
-  return current && candidate.revision === current.revision && candidate.updated === current.updated;
-}
-
 function remember(id, element) {
   const known = shown.get(id);
   const seen = { ...version(element), state: element.dataset.state, needsHuman: element.dataset.needsHuman === "true" };
@@ -96,16 +92,24 @@ function matchesFilters(message) {
   return true;
 }
 
-function applySidebar(id, message) {
+// Each placement checks its own element's version before a swap: the sidebar, a tile and the
+// card can each be ahead of the others (a refetch updates some of them, a message all).
+function newerThan(element, incoming) {
+  return isOlder(version(element), incoming);
+}
+
+function applySidebar(id, message, incoming, fresh) {
   if (!sidebarList) return;
   const existing = sidebarList.querySelector(`[data-sidebar-session="${id}"]`);
   let row;
   if (existing) {
+    if (!newerThan(existing, incoming)) return;
     // Keep a focused row's focus: the hovercard and keyboard users rely on it.
     const hadFocus = existing.contains(document.activeElement);
     row = swap(existing, message.html.sidebar);
     if (row && hadFocus) row.querySelector("a")?.focus({ preventScroll: true });
   } else {
+    if (!fresh) return;
     row = fragment(message.html.sidebar);
     if (!row) return;
     sidebarList.querySelector(".sidebar-empty")?.remove();
@@ -116,13 +120,15 @@ function applySidebar(id, message) {
   for (const extra of [...rows].slice(SIDEBAR_LIMIT)) extra.remove();
 }
 
-function applyTile(id, message) {
+function applyTile(id, message, incoming, fresh) {
   if (!tiles) return;
   const existing = tiles.querySelector(`[data-tile-session="${id}"]`);
+  if (existing && !newerThan(existing, incoming)) return;
   if (!matchesFilters(message)) {
     existing?.remove();
     return;
   }
+  if (!existing && !fresh) return;
   const tile = existing ? swap(existing, message.html.tile) : fragment(message.html.tile);
   if (!tile) return;
   if (!existing) {
@@ -132,17 +138,20 @@ function applyTile(id, message) {
   place(tiles, tile, tileId);
 }
 
-function applySessionPage(id, message) {
+function applySessionPage(id, message, fresh) {
   if (id !== sessionId) return;
-  for (const card of document.querySelectorAll(`[data-live-card] article[data-session="${id}"]`)) {
-    swap(card, message.html.card);
+  const selector = `[data-live-card] article[data-session="${id}"]`;
+  for (const card of document.querySelectorAll(selector)) {
+    if (Number(card.dataset.revision || 0) < message.revision) swap(card, message.html.card);
   }
   const summary = document.querySelector(`[data-card-summary="${id}"]`);
-  if (summary) swap(summary, message.html.summary);
-  refreshActivity();
+  if (summary && Number(summary.dataset.revision || 0) < message.revision) {
+    swap(summary, message.html.summary);
+  }
+  if (fresh) refreshActivity();
 }
 
-function announce(id, message, previous) {
+function announce(message, previous) {
   if (!announcer || !previous || previous.state === message.state) return;
   if (!message.stateLabel) return;
   announcer.textContent = `${message.title}: ${message.stateLabel.toLowerCase()}${message.needsHuman ? ", needs a person" : ""}`;
@@ -152,12 +161,13 @@ function apply(message) {
   const id = String(message.session);
   const incoming = { revision: message.revision, updated: Date.parse(message.updatedAt) || 0 };
   const previous = shown.get(id);
-  if (isOlder(incoming, previous) || isSame(incoming, previous)) return;
+  const fresh = !previous || isOlder(previous, incoming);
+  applySidebar(id, message, incoming, fresh);
+  applyTile(id, message, incoming, fresh);
+  applySessionPage(id, message, fresh);
+  if (!fresh) return;
   shown.set(id, { ...incoming, state: message.state, needsHuman: message.needsHuman });
-  applySidebar(id, message);
-  applyTile(id, message);
-  applySessionPage(id, message);
-  announce(id, message, previous);
+  announce(message, previous);
   if (!previous || previous.state !== message.state || previous.needsHuman !== message.needsHuman) {
     refreshCounts();
   }
@@ -231,9 +241,8 @@ async function refetch() {
       if (sidebarList) replaceList(sidebarList, board.sidebar, rowId);
       if (tiles && board.tiles !== undefined) replaceList(tiles, board.tiles, tileId);
       if (sessionId) {
-        const snapshot = await getJson(body.dataset.cardUrl);
-        shown.delete(sessionId); // the session's own snapshot is the truth for its page
-        apply(snapshot);
+        apply(await getJson(body.dataset.cardUrl));
+        refreshActivity(); // the transcript may have grown while the socket was away
       }
       document.dispatchEvent(new CustomEvent("onlooker:refetched"));
     } catch (error) {
