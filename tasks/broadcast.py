@@ -80,7 +80,12 @@ def wire(message: dict) -> dict:
     """What travels through the channel layer: the message encoded once, here, rather than
     once per socket by every consumer that forwards it."""
     body = {k: v for k, v in message.items() if k != "type"}
-    return {"type": message["type"], "text": json.dumps(body, separators=(",", ":"))}
+    return {
+        "type": message["type"],
+        "session": message["session"],
+        "version": f"{message['revision']}@{message['updatedAt']}",
+        "text": json.dumps(body, separators=(",", ":")),
+    }
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None
@@ -161,6 +166,12 @@ coalescer = _Coalescer()
 
 
 def _send(groups: list[str], message: dict) -> None:
+    loop = _running_server_loop()
+    if loop is not None:
+        # Handed to the server's loop without waiting: the push's 200 does not wait for the
+        # layer, and the loop sends in the order the commits happened.
+        loop.call_soon_threadsafe(loop.create_task, _send_async(groups, message))
+        return
     try:
         async_to_sync(_send_async)(groups, message)
     except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
@@ -174,6 +185,8 @@ async def _send_async(groups: list[str], message: dict) -> None:
     encoded = wire(message)
     try:
         for group in groups:
-            await layer.group_send(group, encoded)
+            # The group travels along: each process's listener (fanout.py) hands the hint
+            # to its sockets in that group.
+            await layer.group_send(group, {**encoded, "group": group})
     except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
         log.warning("broadcast to %s failed: %s", groups, error)

@@ -1,7 +1,7 @@
 """The live socket: `/ws/live/`. Authenticated by the session cookie, origin checked (in
-asgi.py), it joins the groups the user may see and forwards `card.changed` hints. It reads
-nothing but the groups it may join, writes nothing and renders nothing: fragments arrive
-rendered."""
+asgi.py), it joins the groups the user may see (through the process's listener, fanout.py)
+and forwards `card.changed` hints. It reads nothing but the groups it may join, writes
+nothing and renders nothing: fragments arrive rendered."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth.models import Group
 
-from tasks import broadcast
+from tasks import broadcast, fanout
 from tasks.models import Session
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -30,8 +30,14 @@ def groups_for(user, session_id: int | None) -> list[str]:
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    # No channel of its own: hints come through the process's listener (fanout.py), so a
+    # socket costs the channel layer nothing. An alias that names no layer says exactly that.
+    channel_layer_alias = "none: sockets hear through tasks.fanout"
+
     async def connect(self) -> None:
         broadcast.use_loop(asyncio.get_running_loop())
+        self.forwarded: dict[int, str] = {}  # session → the last version sent to this browser
+        self.joined: list[str] = []
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -39,14 +45,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         session = query.get("session", [""])[0]
         session_id = int(session) if session.isdigit() else None
-        self.joined = await database_sync_to_async(groups_for)(user, session_id)
-        for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        groups = await database_sync_to_async(groups_for)(user, session_id)
+        await fanout.listener().join(self.deliver, groups)
+        self.joined = groups
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        if self.joined:
+            await fanout.listener().leave(self.deliver, self.joined)
 
     async def receive_json(self, content, **kwargs) -> None:
         """Browsers only listen, except for a ping: a page that hears no pong knows its
@@ -61,7 +67,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return
 
-    async def card_changed(self, event: dict) -> None:
-        # Encoded once by broadcast.wire. Team groups overlap with the session group: the
-        # same hint may arrive twice, and the browser keeps the newest revision.
-        await self.send(text_data=event["text"])
+    async def deliver(self, event: dict) -> None:
+        """A hint from this process's listener. Team groups overlap with the session group,
+        so the same hint often arrives twice: forward it once (the browser would drop the
+        repeat, but only after paying for it)."""
+        if self.forwarded.get(event["session"]) == event["version"]:
+            return
+        if len(self.forwarded) > 1_000:
+            self.forwarded.clear()
+        self.forwarded[event["session"]] = event["version"]
+        await self.send(text_data=event["text"])  # encoded once, by broadcast.wire

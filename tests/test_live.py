@@ -177,3 +177,22 @@ def test_socket_answers_a_ping_and_ignores_other_chatter(alice):
         return answer, nothing_else
 
     assert run(scenario) == ({"type": "pong"}, True)
+
+
+def test_a_session_page_hears_each_change_once_though_it_joins_two_groups(alice, ops):
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1, text="Start"))
+    session = Session.objects.get()
+
+    async def scenario():
+        cookie = await sync_to_async(cookie_for)(alice)
+        communicator = socket(ORIGIN, cookie, path=f"/ws/live/?session={session.pk}")
+        assert (await communicator.connect())[0]
+        await sync_to_async(push)(Client(), registered, status("WORKING", at=2, text="Next"))
+        first = await communicator.receive_json_from(timeout=5)
+        repeat = await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+        return first, repeat
+
+    first, nothing_more = run(scenario)
+    assert first["revision"] == 2 and nothing_more

@@ -112,7 +112,9 @@ def test_committed_push_hints_the_team_and_session_groups(
         push(client, token_agent, status("WORKING", at=1))
     assert len(callbacks) == 1
     wired = async_to_sync(layer.receive)(channel)
-    assert set(wired) == {"type", "text"} and wired["type"] == "card.changed"
+    assert set(wired) == {"type", "group", "session", "version", "text"}
+    assert wired["group"] == "team.all"
+    assert wired["type"] == "card.changed"
     message = json.loads(wired["text"])  # encoded once for every socket that forwards it
     assert (message["state"], message["needsHuman"], message["revision"]) == (
         "TASK_STATE_WORKING",

@@ -1,0 +1,105 @@
+"""Two Daphne processes on the Redis channel layer, one test database: a push received by one
+process reaches a browser's socket on the other, and only the sockets of people who may see
+its session.
+
+Runs when the settings use channels_redis (REDIS_URL set, as in CI's second pass); without
+it every process has its own in-memory layer and nothing crosses between them, so the test
+is skipped. The servers share the test run's REDIS_URL, like processes behind one load
+balancer. The settings give channels_redis a fixed prefix, so a developer's own Onlooker on
+the same Redis database could broadcast into the same group names: the assertions look only
+for this test's session (its id and title), and other hints are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from django.conf import settings
+from websockets.asyncio.client import ClientConnection, connect
+
+from tasks.models import Card, Session
+from tests.builders import status
+from tests.conftest import make_agent
+from tests.live_server import LiveServer, push_http, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+DELIVERY_TIMEOUT = 5.0  # seconds; a cross-process hint normally takes a few milliseconds
+SILENCE = 1.0  # seconds the outsider listens after the member has heard the hint
+
+
+@pytest.fixture(autouse=True)
+def redis_layer() -> None:
+    if settings.CHANNEL_LAYERS["default"]["BACKEND"] != REDIS_LAYER:
+        pytest.skip(
+            "needs REDIS_URL: only the Redis channel layer carries hints between processes "
+            "(e.g. REDIS_URL=redis://127.0.0.1:6379/0)"
+        )
+
+
+async def open_socket(server: LiveServer, cookie: dict, query: str = "") -> ClientConnection:
+    """A browser's socket: the session cookie, and the Origin a page on that server sends."""
+    return await connect(
+        f"{server.ws_url}/ws/live/{query}",
+        origin=server.url,
+        additional_headers={"Cookie": f"{cookie['name']}={cookie['value']}"},
+        open_timeout=DELIVERY_TIMEOUT,
+    )
+
+
+async def hints_about(ws: ClientConnection, session: Session, seconds: float) -> list[dict]:
+    """Every card.changed hint about `session` heard within `seconds`, or until the first
+    one; hints about other sessions (another Onlooker on this Redis) are skipped."""
+    found: list[dict] = []
+    deadline = time.monotonic() + seconds
+    while not found and (left := deadline - time.monotonic()) > 0:
+        try:
+            message = json.loads(await asyncio.wait_for(ws.recv(), timeout=left))
+        except TimeoutError:
+            break
+        if message.get("session") == session.pk and message.get("title") == str(session):
+            found.append(message)
+    return found
+
+
+def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, charlie, ops):
+    registered = make_agent(signing=True, team=ops)
+    with LiveServer() as receiver, LiveServer() as other:
+        first = push_http(receiver, registered, status("WORKING", at=1, text="Cloning"))
+        assert first.json()["outcome"] == "applied", receiver.log()
+        session = Session.objects.get()
+        member, outsider = session_cookie(alice, other.url), session_cookie(charlie, other.url)
+
+        async def scenario() -> tuple[list[dict], list[dict]]:
+            # The member on the session page (team and session groups), the outsider asking
+            # for the same session: the server must not let him join it.
+            watching = await open_socket(other, member, f"?session={session.pk}")
+            snooping = await open_socket(other, outsider, f"?session={session.pk}")
+            try:
+                answer = await asyncio.to_thread(
+                    push_http,
+                    receiver,
+                    registered,
+                    status("WORKING", at=2, text="Running the tests"),
+                )
+                assert answer.json()["outcome"] == "applied", receiver.log()
+                heard = await hints_about(watching, session, DELIVERY_TIMEOUT)
+                overheard = await hints_about(snooping, session, SILENCE)
+            finally:
+                await watching.close()
+                await snooping.close()
+            return heard, overheard
+
+        heard, overheard = asyncio.run(scenario())
+
+        assert heard, f"no hint reached the other process\n{receiver.log()}\n{other.log()}"
+        hint = heard[0]
+        assert hint["revision"] == Card.objects.get(session=session).revision == 2
+        assert hint["state"] == "TASK_STATE_WORKING"
+        assert "Running the tests" in hint["html"]["card"]
+        assert f'data-session="{session.pk}" data-revision="2"' in hint["html"]["card"]
+        assert overheard == []
