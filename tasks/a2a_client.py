@@ -1,23 +1,80 @@
-"""Onlooker's calls to agents over HTTP (httpx). For now: agent card discovery.
+"""Onlooker's calls to agents: agent card discovery and A2A 1.0 JSON-RPC, over httpx.
 
-Every failure is an `A2AError` whose message a person can read.
+One pooled `httpx.Client` per process serves every call: views call this from worker threads,
+and httpx's connection pool is thread-safe. Timeouts come from the module constants below, read
+on every call. Every failure is an `A2AError`: `str(error)` is a sentence a person can read, and
+`code`, `reason` and `http_status` say what happened, for code that has to decide. The agent's
+credential and push secrets never appear in errors or logs.
+
+The calls take the agent as anything with `rpc_url`, `extensions` and `credential` (the `Agent`
+model has them) and return the agent's JSON as plain dicts, camelCase as on the wire:
+
+- `send_message` → `{"task": {...}}` or `{"message": {...}}` (a `SendMessageResponse`)
+- `get_task`, `cancel_task` → the `Task`
+- `list_tasks` → a `TaskPage`; `iter_tasks` follows the pages
+- `create_task_push_notification_config` → the `TaskPushNotificationConfig` as the agent stored
+  it (agents echo the secrets back: do not log or show it)
+- `delete_task_push_notification_config` → None
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
+from tasks import profile
+
+logger = logging.getLogger(__name__)
+
 CARD_PATH = "/.well-known/agent-card.json"
-TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+A2A_VERSION = "1.0"
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection
+READ_TIMEOUT = 10.0  # seconds to wait for the answer (SendMessage is sent returnImmediately)
+MAX_CONNECTIONS = 20  # per process, over all agents
+PAGE_SIZE = 50  # ListTasks: the spec's default; agents accept 1..100
+MAX_PAGES = 100  # iter_tasks stops an agent that pages forever
+MAX_AGENT_TEXT = 200  # characters of an agent's own error message shown to people
 # What the Agent model stores; a longer name is shortened, a longer URL or version refused.
 MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
 
 
 class A2AError(Exception):
-    """A call to an agent failed; str(error) says how, in words."""
+    """A call to an agent failed; str(error) says how, in words.
+
+    `code` is the JSON-RPC error code, `reason` the ErrorInfo reason from `error.data` (e.g.
+    `TASK_NOT_FOUND`, `CONTEXT_BUSY`), `http_status` the HTTP status when there was an answer.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        reason: str | None = None,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.http_status = http_status
+
+
+class AgentAddress(Protocol):
+    """Where and how to call an agent; `tasks.models.Agent` is one."""
+
+    rpc_url: str
+    extensions: list[str]  # extension URIs the agent's card declares
+    credential: str  # the Authorization header value ("Bearer …"), or ""
 
 
 @dataclass(frozen=True)
@@ -27,6 +84,72 @@ class AgentCard:
     protocol_version: str
     extensions: list[str]
     push_notifications: bool
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    """Where the agent should push a task's updates. The agent sends `token` as
+    `X-A2A-Notification-Token` and `bearer` as `Authorization: Bearer …` (SDKs differ)."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+    bearer: str | None = field(default=None, repr=False)
+    id: str | None = None
+
+    def as_json(self) -> dict:
+        config: dict[str, Any] = {"url": self.url}
+        if self.id:
+            config["id"] = self.id
+        if self.token:
+            config["token"] = self.token
+        if self.bearer:
+            config["authentication"] = {"scheme": "Bearer", "credentials": self.bearer}
+        return config
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    tasks: list[dict]
+    next_page_token: str | None  # None on the last page
+    total_size: int | None
+
+
+# --- the connection pool ------------------------------------------------------------------
+
+_client: httpx.Client | None = None
+_client_pid: int | None = None
+_client_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """The process's pooled client, created on first use. A forked child makes its own: the
+    parent's sockets must not be shared."""
+    global _client, _client_pid
+    with _client_lock:
+        if _client is None or _client_pid != os.getpid():
+            _client = httpx.Client(
+                limits=httpx.Limits(max_connections=MAX_CONNECTIONS),
+                follow_redirects=False,  # a redirected call is a misconfigured agent
+                headers={"User-Agent": "Onlooker"},
+            )
+            _client_pid = os.getpid()
+        return _client
+
+
+def close_http_client() -> None:
+    """Close the pool (at shutdown); the next call opens a new one."""
+    global _client
+    with _client_lock:
+        if _client is not None:
+            _client.close()
+        _client = None
+
+
+def _timeout() -> httpx.Timeout:
+    return httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
+
+
+# --- card discovery -----------------------------------------------------------------------
 
 
 def card_url_for(url: str) -> str:
@@ -40,19 +163,24 @@ def card_url_for(url: str) -> str:
 
 
 def fetch_card(url: str) -> AgentCard:
+    """Discover an agent from its base or card URL; also how a registered agent's card is
+    refreshed (`fetch_card(agent.card_url)`)."""
     card_url = card_url_for(url)
     try:
-        response = httpx.get(card_url, timeout=TIMEOUT, follow_redirects=False)
+        response = http_client().get(card_url, timeout=_timeout())
     except httpx.TimeoutException:
         raise A2AError(f"the agent did not answer in time at {card_url}") from None
     except httpx.HTTPError as error:
         raise A2AError(f"could not reach {card_url}: {error}") from None
     if response.status_code != 200:
-        raise A2AError(f"{card_url} answered HTTP {response.status_code}, not an agent card")
+        raise A2AError(
+            f"{card_url} answered HTTP {response.status_code}, not an agent card",
+            http_status=response.status_code,
+        )
     try:
         card = response.json()
     except ValueError:
-        raise A2AError(f"{card_url} did not answer JSON") from None
+        raise A2AError(f"{card_url} did not answer JSON", http_status=200) from None
     return parse_card(card, card_url)
 
 
@@ -98,3 +226,299 @@ def _jsonrpc_1x(interfaces: object) -> dict | None:
         ):
             return interface
     return None
+
+
+# --- JSON-RPC methods -----------------------------------------------------------------------
+
+
+def send_message(
+    agent: AgentAddress,
+    text: str,
+    *,
+    message_id: str | None = None,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    metadata: dict | None = None,
+    extensions: Sequence[str] = (),
+    push: PushConfig | None = None,
+    return_immediately: bool = True,
+) -> dict:
+    """`SendMessage` with one text part. Give a stable `message_id` when a retry must not
+    become a second message; give both `task_id` and `context_id` on a follow-up (a2a-sdk
+    agents otherwise invent a new context). Returns `{"task": …}` or `{"message": …}`."""
+    message: dict[str, Any] = {
+        "messageId": message_id or str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    }
+    if task_id:
+        message["taskId"] = task_id
+    if context_id:
+        message["contextId"] = context_id
+    if metadata:
+        message["metadata"] = metadata
+    if extensions:
+        message["extensions"] = list(extensions)
+    # Blocking SendMessage only returns when the task ends or waits for a human: too long
+    # for a web request, so the default asks for the task as soon as it exists.
+    configuration: dict[str, Any] = {"returnImmediately": return_immediately}
+    if push is not None:
+        # The 1.0 key; the spec prose's `pushNotificationConfig` is silently ignored by agents.
+        configuration["taskPushNotificationConfig"] = push.as_json()
+    result = _call(agent, "SendMessage", {"message": message, "configuration": configuration})
+    if not isinstance(result, dict) or not (
+        isinstance(result.get("task"), dict) or isinstance(result.get("message"), dict)
+    ):
+        raise _not_a2a("SendMessage")
+    return result
+
+
+def get_task(agent: AgentAddress, task_id: str, *, history_length: int | None = None) -> dict:
+    params: dict[str, Any] = {"id": task_id}
+    if history_length is not None:
+        params["historyLength"] = history_length
+    return _task(_call(agent, "GetTask", params), "GetTask")
+
+
+def cancel_task(agent: AgentAddress, task_id: str) -> dict:
+    """The task as the agent left it (CANCELED, or still going if it cancels later)."""
+    return _task(_call(agent, "CancelTask", {"id": task_id}), "CancelTask")
+
+
+def list_tasks(
+    agent: AgentAddress,
+    *,
+    context_id: str | None = None,
+    status_timestamp_after: datetime | None = None,
+    page_size: int = PAGE_SIZE,
+    page_token: str | None = None,
+) -> TaskPage:
+    """One page of the agent's tasks, most recently updated first."""
+    params: dict[str, Any] = {"pageSize": page_size}
+    if context_id:
+        params["contextId"] = context_id
+    if status_timestamp_after is not None:
+        params["statusTimestampAfter"] = _rfc3339(status_timestamp_after)
+    if page_token:
+        params["pageToken"] = page_token
+    result = _call(agent, "ListTasks", params)
+    tasks = result.get("tasks", []) if isinstance(result, dict) else None
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise _not_a2a("ListTasks")
+    next_token = result.get("nextPageToken")
+    total = result.get("totalSize")
+    return TaskPage(
+        tasks=tasks,
+        next_page_token=next_token if isinstance(next_token, str) and next_token else None,
+        total_size=total if isinstance(total, int) and not isinstance(total, bool) else None,
+    )
+
+
+def iter_tasks(
+    agent: AgentAddress,
+    *,
+    context_id: str | None = None,
+    status_timestamp_after: datetime | None = None,
+    page_size: int = PAGE_SIZE,
+) -> Iterator[dict]:
+    """Every task `list_tasks` finds, page after page."""
+    token: str | None = None
+    seen: set[str] = set()
+    for _ in range(MAX_PAGES):
+        page = list_tasks(
+            agent,
+            context_id=context_id,
+            status_timestamp_after=status_timestamp_after,
+            page_size=page_size,
+            page_token=token,
+        )
+        yield from page.tasks
+        if page.next_page_token is None:
+            return
+        if page.next_page_token in seen:
+            raise A2AError("the agent's task list does not advance (it repeats a page)")
+        seen.add(page.next_page_token)
+        token = page.next_page_token
+    raise A2AError(f"the agent's task list goes on for more than {MAX_PAGES} pages")
+
+
+def create_task_push_notification_config(
+    agent: AgentAddress,
+    task_id: str,
+    url: str,
+    *,
+    token: str | None = None,
+    bearer: str | None = None,
+    config_id: str | None = None,
+) -> dict:
+    config = PushConfig(url=url, token=token, bearer=bearer, id=config_id)
+    # 1.0 sends the config itself as the params (flattened), with the task id inside.
+    result = _call(
+        agent, "CreateTaskPushNotificationConfig", {"taskId": task_id, **config.as_json()}
+    )
+    if not isinstance(result, dict):
+        raise _not_a2a("CreateTaskPushNotificationConfig")
+    return result
+
+
+def delete_task_push_notification_config(agent: AgentAddress, task_id: str, config_id: str) -> None:
+    """Idempotent in A2A 1.0: deleting a config that is gone is not an error."""
+    _call(agent, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": config_id})
+
+
+# --- the call and its failures -------------------------------------------------------------
+
+
+def _headers(agent: AgentAddress) -> dict[str, str]:
+    headers = {
+        "A2A-Version": A2A_VERSION,
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    # Only the profile's extensions, and only those the card declares: asking an agent for
+    # extensions it never offered means nothing, and others are not Onlooker's to activate.
+    declared = set(agent.extensions or ())
+    wanted = [uri for uri in profile.EXTENSIONS if uri in declared]
+    if wanted:
+        headers["A2A-Extensions"] = ",".join(wanted)
+    if agent.credential:
+        headers["Authorization"] = agent.credential
+    return headers
+
+
+def _call(agent: AgentAddress, method: str, params: dict) -> Any:
+    request_id = uuid.uuid4().hex
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    try:
+        return _result(_post(agent, body), request_id)
+    except A2AError as error:
+        # The sentence holds no secret: only the URL's host and path and the agent's words.
+        logger.warning("A2A %s to %s failed: %s", method, _shown(agent.rpc_url), error)
+        raise
+
+
+def _post(agent: AgentAddress, body: dict) -> httpx.Response:
+    where = _shown(agent.rpc_url)
+    connect, read = CONNECT_TIMEOUT, READ_TIMEOUT
+    try:
+        return http_client().post(
+            agent.rpc_url,
+            json=body,
+            headers=_headers(agent),
+            timeout=httpx.Timeout(read, connect=connect),
+        )
+    except httpx.ConnectTimeout:
+        raise A2AError(f"could not connect to the agent at {where} within {connect:g} s") from None
+    except httpx.TimeoutException:
+        raise A2AError(f"the agent did not answer within {read:g} s") from None
+    except httpx.ConnectError:
+        raise A2AError(f"could not connect to the agent at {where}") from None
+    except httpx.HTTPError as error:
+        raise A2AError(
+            f"the connection to the agent at {where} failed ({type(error).__name__})"
+        ) from None
+    except httpx.InvalidURL:
+        raise A2AError(f"the agent's address {where} is not a valid URL") from None
+
+
+_NOT_JSON = object()
+
+
+def _result(response: httpx.Response, request_id: str) -> Any:
+    status = response.status_code
+    try:
+        answer = response.json()
+    except ValueError:  # also UnicodeDecodeError
+        answer = _NOT_JSON
+    # JSON-RPC errors usually come with HTTP 200, but some servers pair them with a 4xx/5xx:
+    # the agent's own error says more than the status.
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        raise _rpc_error(answer["error"], status)
+    if status in (401, 403):
+        raise A2AError(
+            f"the agent answered HTTP {status}: it refused Onlooker's credentials",
+            http_status=status,
+        )
+    if not 200 <= status < 300:
+        raise A2AError(f"the agent answered HTTP {status}", http_status=status)
+    if answer is _NOT_JSON:
+        content_type = response.headers.get("content-type", "").split(";")[0].strip()
+        raise A2AError(
+            f"the agent answered something that is not JSON ({content_type or 'no content type'})",
+            http_status=status,
+        )
+    if not isinstance(answer, dict) or "result" not in answer or answer.get("id") != request_id:
+        raise A2AError(
+            "the agent answered JSON that is not a JSON-RPC response to Onlooker's request",
+            http_status=status,
+        )
+    return answer["result"]
+
+
+_SENTENCES = {
+    -32001: "the agent no longer knows this task",
+    -32002: "the agent cannot cancel this task (it has already ended)",
+    -32003: "the agent does not support push notifications",
+    -32005: "the agent does not accept this kind of content",
+    -32008: "the agent requires an extension Onlooker did not ask for",
+    -32009: "the agent does not speak A2A 1.0",
+    -32601: "the agent does not know this A2A 1.0 method",
+}
+
+
+def _rpc_error(error: dict, http_status: int) -> A2AError:
+    code = error.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    reason = _reason(error.get("data"))
+    said = _bounded(error.get("message"))
+    if code == -32004 and reason == "CONTEXT_BUSY":
+        sentence = "the agent is busy with this conversation"
+    elif code == -32004:
+        sentence = "the agent does not support this operation" + (f" ({said})" if said else "")
+    elif code in _SENTENCES:
+        sentence = _SENTENCES[code]
+    elif said:
+        sentence = f"the agent answered an error: {said}"
+    else:
+        sentence = f"the agent answered JSON-RPC error {code}"
+    return A2AError(sentence, code=code, reason=reason, http_status=http_status)
+
+
+def _reason(data: object) -> str | None:
+    """The ErrorInfo reason: 1.0 puts a list of typed objects in `data`; 0.3 agents put one
+    plain object there."""
+    entries = data if isinstance(data, list) else [data]
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
+            return entry["reason"][:100]
+    return None
+
+
+def _bounded(text: object) -> str:
+    """An agent's own words, on one line and short enough for a toast."""
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= MAX_AGENT_TEXT else text[: MAX_AGENT_TEXT - 1] + "…"
+
+
+def _not_a2a(method: str) -> A2AError:
+    return A2AError(f"the agent answered {method} with something that is not A2A 1.0")
+
+
+def _task(result: Any, method: str) -> dict:
+    if not isinstance(result, dict) or not isinstance(result.get("id"), str):
+        raise _not_a2a(method)
+    return result
+
+
+def _shown(url: str) -> str:
+    """The URL without user info, query or fragment: those may hold secrets."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def _rfc3339(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError("status_timestamp_after must be timezone-aware")
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
