@@ -480,7 +480,7 @@ def test_a2a_card_broadcast_carries_the_revision(
     async_to_sync(layer.group_add)("team.all", channel)
     with django_capture_on_commit_callbacks(execute=True):
         send(client, token_agent, status("WORKING", at=1, text="hello"))
-    message = async_to_sync(layer.receive)(channel)
+    message = json.loads(async_to_sync(layer.receive)(channel)["text"])
     assert message["revision"] == card().revision == 1
     assert 'data-revision="1"' in message["html"]["card"]
 

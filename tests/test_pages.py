@@ -177,7 +177,7 @@ def test_session_page_shows_receipts_artifacts_and_what_the_agent_waits_for(clie
 
     receipt = page[page.index('class="message message-receipt"') :]
     assert "Progress card updated: Reading the logs" in receipt[: receipt.index("</summary>")]
-    assert "Approval</strong>:\n          Deploy to prod?" in page
+    assert "<strong>Approval</strong>: Deploy to prod?" in page
     assert "version 2" in page and "out/r.md" in page and "ab" * 32 in page
     assert "2.0\xa0KB (2048 bytes)" in page and "Summary: all green" in page
     assert (
