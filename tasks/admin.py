@@ -194,8 +194,21 @@ class TaskAdmin(ReadOnlyAdmin):
 
 @admin.register(Interaction)
 class InteractionAdmin(ReadOnlyAdmin):
-    list_display = ("interaction_id", "kind", "state", "task", "opened_at", "answered_by")
-    list_filter = ("kind", "state")
+    # The audit of answers: who answered what, and when (filter by state "answered").
+    list_display = (
+        "interaction_id",
+        "kind",
+        "state",
+        "task",
+        "opened_at",
+        "answered_by",
+        "answered_at",
+        "answer",
+        "last_error",
+    )
+    list_filter = ("kind", "state", "answered_by")
+    search_fields = ("interaction_id", "prompt", "answered_by__username")
+    date_hierarchy = "opened_at"
 
 
 @admin.register(Artifact)

@@ -19,6 +19,7 @@ from typing import Any
 import bleach
 from bleach import html5lib_shim
 from django.db import transaction
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
@@ -356,6 +357,18 @@ def store(
 # -- cards of A2A sessions --------------------------------------------------------------
 
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
+
+
+RECENT_TASKS = 20
+
+
+def recent_tasks(session: Session) -> list[Task]:
+    """The session's newest tasks (turns), newest first: everything its card shows."""
+    return list(
+        session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at")).order_by(
+            "-at", "-id"
+        )[:RECENT_TASKS]
+    )
 
 
 def from_session(session: Session, tasks: list[Task]) -> Written:

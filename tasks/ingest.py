@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks import broadcast, cards, profile
@@ -39,7 +38,6 @@ from tasks.models import (
 )
 
 CURRENT, HISTORY, AFTER_TERMINAL = "current", "history", "after_terminal"
-RECENT_TASKS = 20
 _OUTCOMES = {
     CURRENT: Delivery.Outcome.APPLIED,
     HISTORY: Delivery.Outcome.STALE,
@@ -68,7 +66,21 @@ class Result:
 
 def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Result:
     """Store the delivery and apply its event in one transaction; broadcast after commit."""
-    agent = endpoint.agent
+    return _apply(endpoint.agent, endpoint, key, body, event)
+
+
+def apply_fetched(agent: Agent, task: dict) -> Result:
+    """A task Onlooker asked the agent for (GetTask, ListTasks, a SendMessage answer),
+    applied exactly as a push of the same snapshot would be, and deduplicated by content.
+    Raises protocol.BadBody if the agent's answer is not a valid A2A 1.0 task."""
+    body = json.dumps({"task": task}, sort_keys=True, separators=(",", ":")).encode()
+    event = p.parse(body)
+    return _apply(agent, None, f"fetched:{hashlib.sha256(body).hexdigest()}", body, event)
+
+
+def _apply(
+    agent: Agent, endpoint: PushEndpoint | None, key: str, body: bytes, event: p.Event
+) -> Result:
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -180,11 +192,7 @@ class _Applier:
     def _refresh_session(self) -> None:
         session = self.session
         # The newest tasks (turns) hold everything the session and its card show.
-        tasks = list(
-            session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at")).order_by(
-                "-at", "-id"
-            )[:RECENT_TASKS]
-        )
+        tasks = cards.recent_tasks(session)
         if tasks:
             session.state = tasks[0].state
         if self.interactions_changed:

@@ -236,6 +236,8 @@ class Interaction(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["task", "interaction_id"], name="unique_interaction")
         ]
+        # Give it to a group ("approvers"); seeing a session is not enough to answer it.
+        permissions = [("answer_interaction", "Can answer what agents wait for")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.interaction_id} ({self.state})"

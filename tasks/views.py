@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.views.decorators.http import require_GET
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
-from tasks import board, broadcast
+from tasks import answers, board, broadcast
 from tasks.api import api_login_required
-from tasks.models import Agent, Artifact, Card, Interaction, Session, TaskState
+from tasks.models import TERMINAL_STATES, Agent, Artifact, Card, Interaction, Session, TaskState
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -71,6 +74,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "wall": request.GET.get("display") == "wall",
         "sidebar": board.sidebar(request.user),
+        "message_id": uuid.uuid4().hex,
     }
     return render(request, "tasks/overview.html", context)
 
@@ -117,7 +121,17 @@ def _activity(session: Session) -> dict:
         "artifacts": Artifact.objects.filter(task__session=session).select_related("task"),
         "interactions": Interaction.objects.filter(
             task__session=session, state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING]
-        ).order_by("opened_at", "id"),
+        )
+        .select_related("answered_by")
+        .order_by("opened_at", "id"),
+        "answered": Interaction.objects.filter(
+            task__session=session, state=Interaction.State.ANSWERED
+        )
+        .select_related("answered_by")
+        .order_by("-answered_at")[:50],
+        "working_task": session.tasks.exclude(state__in=TERMINAL_STATES)
+        .order_by("-status_received_at", "-id")
+        .first(),
     }
 
 
@@ -130,6 +144,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "card": Card.objects.filter(session=session).first(),
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
+        "message_id": uuid.uuid4().hex,  # makes a double submit one message at the agent
         **_activity(session),
     }
     return render(request, "tasks/session.html", context)
@@ -152,3 +167,95 @@ def session_card(request: HttpRequest, session_id: int) -> JsonResponse:
     snapshot = broadcast.snapshot(_visible_session(request, session_id))
     del snapshot["type"]
     return JsonResponse(snapshot)
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _refused(request: HttpRequest, error: answers.AnswerError, session_id: int) -> HttpResponse:
+    if _wants_json(request):
+        body = {"error": type(error).__name__, "detail": str(error)}
+        return JsonResponse(body, status=error.status)
+    if isinstance(error, answers.NotFound):
+        raise Http404(str(error))
+    messages.error(request, str(error))
+    return redirect("session", session_id)
+
+
+def _acted(request: HttpRequest, session_id: int, act) -> HttpResponse:
+    """Run one action for a person; JSON for the page's script, or a redirect back to the
+    session with a message for a plain form post. Refusals say what was wrong."""
+    try:
+        state, detail = act()
+    except answers.AnswerError as error:
+        return _refused(request, error, session_id)
+    if _wants_json(request):
+        return JsonResponse({"state": state, "detail": detail})
+    messages.success(request, detail)
+    return redirect("session", session_id)
+
+
+@require_POST
+@api_login_required
+def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpResponse:
+    """Approve, deny, answer or connect. CSRF-checked like every POST; the permission is
+    checked in answers.answer, on every post."""
+    try:
+        session_id = answers.session_of(request.user, interaction_id)
+    except answers.NotFound as error:
+        return _refused(request, error, 0)
+
+    def act():
+        kind = answers.kind_of(request.user, interaction_id)
+        decision = answers.parse_decision(kind, request.POST)
+        done = answers.answer(request.user, interaction_id, decision)
+        return done.state, answers.describe(done)
+
+    return _acted(request, session_id, act)
+
+
+@require_POST
+@api_login_required
+def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The composer: a person's message to the session's agent."""
+
+    def act():
+        text, message_id = answers.parse_message(request.POST)
+        sent = answers.send_message(request.user, session_id, text, message_id)
+        return ("queued" if sent.queued else "sent"), sent.describe()
+
+    return _acted(request, session_id, act)
+
+
+@require_POST
+@api_login_required
+def start_session(request: HttpRequest) -> HttpResponse:
+    """ "New session" on the monitoring screen: the first message to an agent."""
+    agent = request.POST.get("agent", "")
+    try:
+        if not agent.isdigit():
+            raise answers.AnswerError("agent must be the id of an agent")
+        text, message_id = answers.parse_message(request.POST)
+        session = answers.start_session(request.user, int(agent), text, message_id)
+    except answers.AnswerError as error:
+        if _wants_json(request) or isinstance(error, answers.NotFound):
+            return _refused(request, error, 0)
+        messages.error(request, str(error))
+        return redirect("overview")
+    if _wants_json(request):
+        return JsonResponse({"session": session.pk, "url": session_url(session)})
+    return redirect("session", session.pk)
+
+
+def session_url(session: Session) -> str:
+    return reverse("session", args=[session.pk])
+
+
+@require_POST
+@api_login_required
+def cancel_task(request: HttpRequest, session_id: int) -> HttpResponse:
+    def act():
+        return "sent", answers.cancel(request.user, session_id, request.POST.get("task_id", ""))
+
+    return _acted(request, session_id, act)

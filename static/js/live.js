@@ -267,6 +267,21 @@ function refreshCounts() {
   }, 250);
 }
 
+// A refreshed activity must not take away a half-written answer, the focus, or a receipt
+// someone opened to read.
+function keepWhatThePersonWasDoing(current, replacement) {
+  const open = new Set([...current.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  for (const details of replacement.querySelectorAll("details[data-key]")) {
+    if (open.has(details.dataset.key)) details.open = true;
+  }
+  for (const draft of current.querySelectorAll("textarea[id]")) {
+    const twin = replacement.querySelector(`#${CSS.escape(draft.id)}`);
+    if (twin && draft.value) twin.value = draft.value;
+  }
+  const active = document.activeElement;
+  if (active?.id && current.contains(active)) current.dataset.focusedId = active.id;
+}
+
 let activityTimer = null;
 function refreshActivity() {
   const url = body.dataset.activityUrl;
@@ -279,12 +294,10 @@ function refreshActivity() {
       const replacement = fragment(await response.text());
       const current = document.querySelector("[data-session-activity]");
       if (replacement && current) {
-        // Keep open receipts open: a person reading one should not see it snap shut.
-        const open = new Set([...current.querySelectorAll("details[open]")].map((d) => d.dataset.key));
-        for (const details of replacement.querySelectorAll("details[data-key]")) {
-          if (open.has(details.dataset.key)) details.open = true;
-        }
+        keepWhatThePersonWasDoing(current, replacement);
         current.replaceWith(replacement);
+        const focusedId = current.dataset.focusedId;
+        if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
         tickTimes();
       }
     } catch (error) {

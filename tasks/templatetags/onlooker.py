@@ -31,3 +31,30 @@ def web_url(url: object) -> str:
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
         return url
     return ""
+
+
+@register.filter
+def choices(detail: object) -> list[str]:
+    """The choices an interaction's `detail` offers (`choices` or `options`: strings)."""
+    if not isinstance(detail, dict):
+        return []
+    offered = detail.get("choices", detail.get("options"))
+    if not isinstance(offered, list):
+        return []
+    return [c for c in offered if isinstance(c, str) and c.strip()][:20]
+
+
+@register.filter
+def connect_url(detail: object) -> str:
+    """The link a connection asks a person to open: `detail.url` (or `detail` itself),
+    http(s) only."""
+    url = detail.get("url") if isinstance(detail, dict) else detail
+    return web_url(url)
+
+
+@register.filter
+def outcome(interaction) -> str:
+    """'Approved by alice, 10:02': who answered what, and when."""
+    from tasks.answers import describe  # the wording lives with the answers
+
+    return describe(interaction)

@@ -1,0 +1,93 @@
+// Answer forms and the other actions (composer, cancel): post with fetch (CSRF token from the
+// form), show the server's verdict in words, and keep the buttons until the server says it is
+// done. Whether someone may act is decided by the server on every post; this only makes the
+// forms pleasant. Text from the server is inserted as text.
+//
+// Keyboard: inside a question, A or D moves focus to the matching button and Enter presses
+// it, so a stray key never approves or denies anything by itself.
+
+function post(form, data) {
+  return fetch(form.action, {
+    method: "POST",
+    body: data,
+    credentials: "same-origin",
+    headers: { Accept: "application/json", "X-CSRFToken": data.get("csrfmiddlewaretoken") },
+  });
+}
+
+async function verdict(response) {
+  return response.json().catch(() => ({ detail: `Onlooker answered HTTP ${response.status}.` }));
+}
+
+async function submit(form, submitter) {
+  const data = new FormData(form, submitter);
+  const error = form.querySelector("[data-answer-error]");
+  const buttons = form.querySelectorAll("button");
+  for (const button of buttons) button.disabled = true;
+  try {
+    const response = await post(form, data);
+    const answer = await verdict(response);
+    if (response.ok) {
+      const done = document.createElement("p");
+      done.className = "interaction-state";
+      done.setAttribute("role", "status");
+      done.textContent = answer.detail;
+      form.replaceWith(done);
+      return;
+    }
+    if (error) {
+      error.hidden = false;
+      error.textContent = answer.detail || "The answer was not sent.";
+    }
+    if (response.status === 409 || response.status === 403) return; // buttons stay off
+  } catch {
+    if (error) {
+      error.hidden = false;
+      error.textContent = "Onlooker could not be reached; nothing was sent. Try again.";
+    }
+  }
+  for (const button of buttons) button.disabled = false;
+}
+
+// Composer and cancel: the form stays; its status line says what happened.
+async function act(form, submitter) {
+  const status = form.querySelector("[data-action-status]");
+  const buttons = form.querySelectorAll("button");
+  for (const button of buttons) button.disabled = true;
+  if (status) status.textContent = "Sending…";
+  try {
+    const response = await post(form, new FormData(form, submitter));
+    const answer = await verdict(response);
+    if (status) status.textContent = answer.detail || "";
+    if (response.ok) {
+      const text = form.querySelector("textarea");
+      if (text) text.value = "";
+      const id = form.querySelector("[data-message-id]");
+      if (id) id.value = crypto.randomUUID().replaceAll("-", ""); // the next message is another
+    }
+  } catch {
+    if (status) status.textContent = "Onlooker could not be reached; nothing was sent. Try again.";
+  }
+  for (const button of buttons) button.disabled = false;
+}
+
+document.addEventListener("submit", (event) => {
+  const answerForm = event.target.closest?.("[data-answer-form]");
+  const actionForm = event.target.closest?.("[data-action-form]");
+  if (!answerForm && !actionForm) return;
+  event.preventDefault();
+  if (answerForm) submit(answerForm, event.submitter);
+  else act(actionForm, event.submitter);
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  const key = event.key.toLowerCase();
+  if (key !== "a" && key !== "d") return;
+  if (event.target.closest?.("textarea, input, select, [contenteditable]")) return;
+  const interaction = event.target.closest?.("[data-interaction]");
+  const button = interaction?.querySelector(`[data-shortcut="${key}"]`);
+  if (!button || button.disabled) return;
+  event.preventDefault();
+  button.focus();
+});

@@ -1,0 +1,365 @@
+"""Answering what agents wait for (approvals, questions, connections, and the plain-text
+questions of core agents), messaging them and cancelling their tasks. The only writer of an
+interaction's answer.
+
+Exactly once: an interaction is claimed (open → answering) in one conditional UPDATE before
+the agent is called, so of two people, two tabs or two clicks only one reaches the agent;
+the others hear who answered. A failed call puts it back (answering → open) with the error
+recorded. The message id is derived from the interaction and the decision, so a retry of the
+same decision can never become a second, different answer at the agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.formats import time_format
+
+from tasks import a2a_client, agents, broadcast, cards, ingest, profile, protocol
+from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, TaskState
+
+log = logging.getLogger(__name__)
+
+PERMISSION = "tasks.answer_interaction"
+MAX_VALUE = 4_000  # characters in a typed answer
+# A claim older than this belongs to a process that died mid-call: it may be taken again.
+# Far longer than any call can take (a2a_client's timeouts are seconds).
+STALE_CLAIM = timedelta(minutes=2)
+
+
+class AnswerError(Exception):
+    """Why an answer was not sent, in words for the person who tried; `status` is the HTTP
+    status a view answers with."""
+
+    status = 400
+
+
+class NotFound(AnswerError):
+    status = 404
+
+
+class NotAllowed(AnswerError):
+    status = 403
+
+
+class AlreadyAnswered(AnswerError):
+    status = 409
+
+
+class AgentFailed(AnswerError):
+    status = 502
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a person decided: `approved` for approvals and connections, `value` for
+    questions and plain-text replies."""
+
+    approved: bool | None = None
+    value: str | None = None
+
+    def as_json(self) -> dict:
+        return {"approved": self.approved} if self.approved is not None else {"value": self.value}
+
+
+# The buttons each kind offers, by the name a form posts as `decision`.
+CHOICES = {
+    Interaction.Kind.APPROVAL: {"approve": True, "deny": False},
+    Interaction.Kind.CONNECTION: {"connected": True, "cancel": False},
+}
+
+
+def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
+    """A decision from a posted form; a bad one is refused with what was wrong."""
+    if kind in CHOICES:
+        name = form.get("decision", "")
+        if name not in CHOICES[kind]:
+            allowed = " or ".join(f"'{n}'" for n in CHOICES[kind])
+            raise AnswerError(f"decision must be {allowed} for a {kind}")
+        return Decision(approved=CHOICES[kind][name])
+    value = form.get("value", "")
+    if not isinstance(value, str) or not value.strip():
+        raise AnswerError("write an answer first: value must not be empty")
+    if "\x00" in value:
+        raise AnswerError("value must not contain NUL characters")
+    if len(value) > MAX_VALUE:
+        raise AnswerError(f"value must be at most {MAX_VALUE} characters")
+    return Decision(value=value.strip())
+
+
+def may_answer(user) -> bool:
+    return user.is_authenticated and user.has_perm(PERMISSION)
+
+
+def _visible(user, interaction_pk: int) -> Interaction:
+    interaction = (
+        Interaction.objects.select_related("task__session__agent")
+        .filter(pk=interaction_pk, task__agent__in=Agent.objects.visible_to(user))
+        .first()
+    )
+    if interaction is None:
+        raise NotFound("No such question, or not one you may see.")
+    return interaction
+
+
+def kind_of(user, interaction_pk: int) -> str:
+    """The kind of an interaction the user may see (it decides how a form is read)."""
+    return _visible(user, interaction_pk).kind
+
+
+def session_of(user, interaction_pk: int) -> int:
+    return _visible(user, interaction_pk).task.session_id
+
+
+def describe(interaction: Interaction) -> str:
+    """'Approved by alice, 10:02' and the like: what everyone sees once it is answered."""
+    who = interaction.answered_by.get_username() if interaction.answered_by else "someone"
+    when = time_format(timezone.localtime(interaction.answered_at), "H:i")
+    answer = interaction.answer or {}
+    if interaction.state == Interaction.State.ANSWERING:
+        return f"Being answered by {who} right now"
+    if "approved" in answer:
+        done = {
+            (Interaction.Kind.CONNECTION, True): "Connected",
+            (Interaction.Kind.CONNECTION, False): "Cancelled",
+        }.get((interaction.kind, answer["approved"]))
+        done = done or ("Approved" if answer["approved"] else "Denied")
+        return f"{done} by {who}, {when}"
+    return f"Answered by {who}, {when}"
+
+
+def answer(user, interaction_pk: int, decision: Decision) -> Interaction:
+    """Send `decision` to the agent as the answer to one interaction, exactly once."""
+    interaction = _visible(user, interaction_pk)
+    if not may_answer(user):
+        raise NotAllowed("You may see this, but not answer it: ask for the approver role.")
+    if interaction.kind in CHOICES and decision.approved is None:
+        raise AnswerError(f"a {interaction.kind} is answered with a decision, not text")
+    if interaction.kind not in CHOICES and decision.value is None:
+        raise AnswerError(f"a {interaction.get_kind_display()} is answered with text")
+    _claim(user, interaction, decision)
+    task, session = interaction.task, interaction.task.session
+    try:
+        a2a_client.send_message(
+            session.agent,
+            _human_text(user, interaction, decision),
+            message_id=message_id(interaction, decision),
+            task_id=task.task_id,
+            context_id=session.context_id,
+            **_typed(interaction, decision),
+        )
+    except a2a_client.A2AError as error:
+        _release(interaction, str(error))
+        raise AgentFailed(f"The agent did not take the answer: {error}. Nothing was sent "
+                          "twice; you can try again.") from None  # fmt: skip
+    return _record(interaction)
+
+
+def message_id(interaction: Interaction, decision: Decision) -> str:
+    digest = hashlib.sha256(
+        json.dumps([interaction.pk, decision.as_json()], sort_keys=True).encode()
+    ).hexdigest()[:24]
+    return f"onlooker-answer-{interaction.pk}-{digest}"
+
+
+def _typed(interaction: Interaction, decision: Decision) -> dict:
+    """A core agent's question gets plain text (it cannot read more, and text never
+    approves); every other kind gets the interactions/v1 answer."""
+    if interaction.kind == Interaction.Kind.TEXT:
+        return {}
+    typed = {"interactionId": interaction.interaction_id, **decision.as_json()}
+    return {"metadata": {profile.INTERACTIONS: typed}, "extensions": [profile.INTERACTIONS]}
+
+
+def _human_text(user, interaction: Interaction, decision: Decision) -> str:
+    if decision.value is not None:
+        return decision.value
+    verb = {
+        (Interaction.Kind.CONNECTION, True): "Connected",
+        (Interaction.Kind.CONNECTION, False): "Cancelled the connection",
+    }.get((interaction.kind, decision.approved))
+    verb = verb or ("Approved" if decision.approved else "Denied")
+    return f"{verb} by {user.get_username()} in Onlooker"
+
+
+@contextmanager
+def _changing(interaction: Interaction) -> Iterator[None]:
+    """One transaction that changes an interaction: the session row is locked first, as
+    everywhere (ingest closes interactions under that lock). The card shows only open
+    questions, so it is re-derived (a new revision every browser takes) and the change is
+    hinted after commit."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(pk=interaction.task.session_id)
+        yield
+        cards.from_session(session, cards.recent_tasks(session))
+        broadcast.session_changed(session, team_id=interaction.task.session.agent.team_id)
+
+
+def _claim(user, interaction: Interaction, decision: Decision) -> None:
+    now = timezone.now()
+    claimable = Q(state=Interaction.State.OPEN) | Q(
+        state=Interaction.State.ANSWERING, answered_at__lt=now - STALE_CLAIM
+    )
+    with _changing(interaction):
+        claimed = Interaction.objects.filter(claimable, pk=interaction.pk).update(
+            state=Interaction.State.ANSWERING,
+            answered_by=user,
+            answered_at=now,  # when the claim was made, until it is answered
+            answer=decision.as_json(),
+        )
+    if not claimed:
+        current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+        if current.state == Interaction.State.CLOSED:
+            raise AlreadyAnswered("The agent no longer waits for this: it moved on.")
+        raise AlreadyAnswered(f"Already answered: {describe(current)}.")
+
+
+def _release(interaction: Interaction, error: str) -> None:
+    log.warning("answer to interaction %s failed: %s", interaction.pk, error)
+    with _changing(interaction):
+        Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.ANSWERING).update(
+            state=Interaction.State.OPEN,
+            answered_by=None,
+            answered_at=None,
+            answer=None,
+            last_error=error[:2_000],
+        )
+
+
+def _record(interaction: Interaction) -> Interaction:
+    with _changing(interaction):
+        Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.ANSWERING).update(
+            state=Interaction.State.ANSWERED, answered_at=timezone.now(), last_error=""
+        )
+    return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+
+
+# -- talking to agents ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sent:
+    task_id: str
+    queued: bool
+
+    def describe(self) -> str:
+        if self.queued:
+            return "Queued: the agent is busy with this conversation and will take it next."
+        return "Sent."
+
+
+def _visible_session(user, session_pk: int) -> Session:
+    session = (
+        Session.objects.select_related("agent")
+        .filter(pk=session_pk, agent__in=Agent.objects.visible_to(user))
+        .first()
+    )
+    if session is None:
+        raise NotFound("No such session, or not one you may see.")
+    if not may_answer(user):
+        raise NotAllowed("You may follow this session, but not steer its agent.")
+    return session
+
+
+def parse_message(form: dict[str, Any]) -> tuple[str, str]:
+    """The text and the page-made id of a composed message (the id makes a double submit
+    one message at the agent)."""
+    text = parse_decision(Interaction.Kind.QUESTION, {"value": form.get("text", "")}).value
+    message_id = form.get("message_id", "")
+    if not (isinstance(message_id, str) and 8 <= len(message_id) <= 64):
+        raise AnswerError("message_id must be 8 to 64 characters (the page makes one)")
+    if not message_id.replace("-", "").isalnum():
+        raise AnswerError("message_id may hold only letters, digits and dashes")
+    return text, message_id
+
+
+def send_message(user, session_pk: int, text: str, message_id: str) -> Sent:
+    """A message from a person in the session's conversation: a new task (or, when the
+    agent is busy, a queued one), with a push config so its updates reach Onlooker."""
+    session = _visible_session(user, session_pk)
+    endpoint, token, bearer = agents.new_endpoint(session.agent)
+    push = a2a_client.PushConfig(
+        url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
+    )
+    busy = session.tasks.exclude(state__in=TERMINAL_STATES).values_list("task_id", flat=True)
+    busy = set(busy)
+    try:
+        result = a2a_client.send_message(
+            session.agent,
+            text,
+            message_id=f"onlooker-message-{message_id}",
+            context_id=session.context_id,
+            push=push,
+        )
+    except a2a_client.A2AError as error:
+        endpoint.delete()  # the agent never heard of this push config
+        raise AgentFailed(f"The agent did not take the message: {error}.") from None
+    task = result.get("task") if isinstance(result, dict) else None
+    if not isinstance(task, dict):
+        return Sent(task_id="", queued=False)  # answered with a message, no task
+    _apply_answer(session.agent, task)
+    return Sent(task_id=str(task.get("id", "")), queued=bool(busy - {task.get("id")}))
+
+
+def start_session(user, agent_pk: int, text: str, message_id: str) -> Session:
+    """A new conversation with an agent: a message without a context (the agent makes one),
+    with a push config so its updates reach Onlooker. Returns the session it opened."""
+    agent = Agent.objects.visible_to(user).filter(pk=agent_pk).first()
+    if agent is None:
+        raise NotFound("No such agent, or not one you may use.")
+    if not may_answer(user):
+        raise NotAllowed("You may follow these agents, but not start work with them.")
+    endpoint, token, bearer = agents.new_endpoint(agent)
+    push = a2a_client.PushConfig(
+        url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
+    )
+    try:
+        result = a2a_client.send_message(
+            agent, text, message_id=f"onlooker-message-{message_id}", push=push
+        )
+    except a2a_client.A2AError as error:
+        endpoint.delete()
+        raise AgentFailed(f"The agent did not take the message: {error}.") from None
+    task = result.get("task") if isinstance(result, dict) else None
+    if not isinstance(task, dict) or not isinstance(task.get("contextId"), str):
+        raise AgentFailed("The agent answered without starting a task; nothing to follow.")
+    _apply_answer(agent, task)
+    session = Session.objects.filter(agent=agent, context_id=task["contextId"]).first()
+    if session is None:
+        raise AgentFailed("The agent answered with a task Onlooker cannot read.")
+    return session
+
+
+def cancel(user, session_pk: int, task_id: str) -> str:
+    """Ask the agent to cancel one of the session's tasks; returns its new state, in words."""
+    session = _visible_session(user, session_pk)
+    task = session.tasks.filter(task_id=task_id).first()
+    if task is None:
+        raise AnswerError("task_id names no task of this session")
+    try:
+        answer = a2a_client.cancel_task(session.agent, task.task_id)
+    except a2a_client.A2AError as error:
+        raise AgentFailed(f"The agent did not cancel: {error}.") from None
+    _apply_answer(session.agent, answer)
+    state = answer.get("status", {}).get("state", "") if isinstance(answer, dict) else ""
+    label = TaskState(state).label if state in TaskState.values else "unknown"
+    return f"The agent says the task is now {label}."
+
+
+def _apply_answer(agent: Agent, task: dict) -> None:
+    """What the agent answered is news about the task: apply it like a push would be, so the
+    page shows it without waiting for one."""
+    try:
+        ingest.apply_fetched(agent, task)
+    except protocol.BadBody as bad:
+        log.warning("agent %s answered a task Onlooker cannot read: %s", agent.pk, bad.detail)

@@ -1,0 +1,58 @@
+"""`python manage.py sync_agents [--since 2h|2026-11-30T10:00Z] [--agent ID]`: recover
+updates whose pushes never arrived. Safe to run on a schedule: a second run changes
+nothing."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from tasks import protocol, sync
+from tasks.models import Agent
+
+_DURATION = re.compile(r"^(\d+)([mhd])$")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_since(value: str) -> datetime:
+    match = _DURATION.match(value)
+    if match:
+        return timezone.now() - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        return protocol.parse_timestamp(value)
+    except ValueError:
+        raise CommandError(
+            f"--since {value!r}: give a duration like 30m, 2h or 7d, or an ISO 8601 time with "
+            "its zone, like 2026-11-30T10:00:00Z"
+        ) from None
+
+
+class Command(BaseCommand):
+    help = "Ask every agent what changed since Onlooker last heard, and apply what is new."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--since", help="30m, 2h, 7d or an ISO time (default: last seen)")
+        parser.add_argument("--agent", type=int, action="append", help="only this agent id")
+
+    def handle(self, *args, since: str | None = None, agent: list[int] | None = None, **options):
+        start = parse_since(since) if since else None
+        agents = Agent.objects.order_by("pk")
+        if agent:
+            agents = agents.filter(pk__in=agent)
+        failed = False
+        for one in agents:
+            report = sync.sync_agent(one, start)
+            line = (
+                f"{one.name} (#{one.pk}): {report.listed} listed, {report.fetched} fetched, "
+                f"{report.applied} applied"
+            )
+            if report.errors:
+                failed = True
+                self.stderr.write(f"{line}; failed: {report.errors[-1]}")
+            else:
+                self.stdout.write(line)
+        if failed:
+            raise CommandError("some agents could not be synced (see above)")

@@ -1,0 +1,304 @@
+"""Answering what agents wait for, through the real view: typed, exactly once, attributable,
+and safe when two people act at once or the agent misbehaves.
+
+Against a real a2a-sdk agent (tests/peers/approval_agent.py) the answer decides the task's
+fate; against a scriptable loopback agent (tests/peers/misbehaving_agent.py) we count what
+reached the agent and make it fail in each way it can.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
+
+from tasks import a2a_client, profile
+from tasks.models import Interaction, Session
+from tests.builders import approval, status
+from tests.conftest import make_agent, push
+from tests.peers.misbehaving_agent import MisbehavingAgent
+from tests.test_a2a_peer import (  # noqa: F401 - fixtures
+    add_agent,
+    onlooker,
+    start_peer,
+    wait_for_approval,
+    wait_for_state,
+)
+
+ACCEPTED = {"jsonrpc": "2.0", "result": {"task": {"id": "task-1", "contextId": "ctx-1"}}}
+
+
+@pytest.fixture
+def approvers(ops) -> Group:
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
+    return group
+
+
+def person(name: str, *groups: Group) -> Client:
+    user = User.objects.create_user(name)
+    user.groups.add(*groups)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def alice_approves(ops, approvers) -> Client:
+    return person("alice", ops, approvers)
+
+
+@pytest.fixture
+def agent_stub():
+    with MisbehavingAgent() as stub:
+        stub.answer(ACCEPTED)
+        yield stub
+
+
+def waiting_interaction(agent_stub, ops, body=None) -> Interaction:
+    """An agent (its JSON-RPC URL the stub's) waiting for an approval of ops' team."""
+    registered = make_agent(team=ops)
+    registered.agent.rpc_url = agent_stub.rpc_url
+    registered.agent.extensions = list(profile.EXTENSIONS)
+    registered.agent.save()
+    body = body or status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?"))
+    assert push(Client(), registered, body).status_code == 200
+    return Interaction.objects.get()
+
+
+def answer(client: Client, interaction: Interaction, **form) -> tuple[int, dict]:
+    response = client.post(
+        f"/interactions/{interaction.pk}/answer/", form, HTTP_ACCEPT="application/json"
+    )
+    return response.status_code, response.json()
+
+
+def sent_messages(stub: MisbehavingAgent) -> list[dict]:
+    return [
+        r.json()["params"]["message"]
+        for r in stub.requests
+        if r.method == "POST" and r.json().get("method") == "SendMessage"
+    ]
+
+
+# -- against a real a2a-sdk agent -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("decision", "final"), [("approve", "TASK_STATE_COMPLETED"), ("deny", "TASK_STATE_REJECTED")]
+)
+def test_a_typed_answer_decides_the_real_agents_task(
+    onlooker,  # noqa: F811 - a fixture imported from test_a2a_peer
+    start_peer,  # noqa: F811
+    ops,
+    approvers,
+    decision,
+    final,
+):
+    peer = start_peer()
+    registration = add_agent(peer.card_url, "--team", "ops")
+    task = wait_for_approval(peer, registration)
+    interaction = Interaction.objects.get(task__task_id=task["id"])
+    alice = person("alice", ops, approvers)
+
+    code, data = answer(alice, interaction, decision=decision)
+
+    assert code == 200, data
+    assert data["detail"].startswith(("Approved by alice", "Denied by alice"))
+    wait_for_state(peer, registration, task, final)
+    assert peer.get_task(task["id"])["status"]["state"] == final
+    interaction.refresh_from_db()
+    assert interaction.state == Interaction.State.ANSWERED
+    assert interaction.answered_by.username == "alice"
+    assert interaction.answer == {"approved": decision == "approve"}
+
+
+def test_text_never_approves_a_typed_approval(alice_approves, agent_stub, ops):
+    interaction = waiting_interaction(agent_stub, ops)
+    code, data = answer(alice_approves, interaction, value="yes, approved")
+    assert code == 400 and "decision must be 'approve' or 'deny'" in data["detail"]
+    assert sent_messages(agent_stub) == []
+    interaction.refresh_from_db()
+    assert interaction.state == Interaction.State.OPEN
+
+
+# -- what reaches the agent -----------------------------------------------------------------
+
+
+def test_an_approval_is_one_typed_message_on_the_task_with_a_derived_id(
+    alice_approves, agent_stub, ops
+):
+    interaction = waiting_interaction(agent_stub, ops)
+    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    [message] = sent_messages(agent_stub)
+    assert (message["taskId"], message["contextId"]) == ("task-1", "ctx-1")
+    assert message["metadata"] == {profile.INTERACTIONS: {"interactionId": "i-1", "approved": True}}
+    assert message["extensions"] == [profile.INTERACTIONS]
+    assert message["messageId"].startswith(f"onlooker-answer-{interaction.pk}-")
+    assert message["parts"] == [{"text": "Approved by alice in Onlooker"}]
+
+
+def test_a_core_agents_question_gets_plain_text_that_cannot_approve(
+    alice_approves, agent_stub, ops
+):
+    plain = status("AUTH_REQUIRED", at=1, text="May I delete the old branch?")
+    interaction = waiting_interaction(agent_stub, ops, plain)
+    assert interaction.kind == Interaction.Kind.TEXT
+    page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "a reply cannot approve anything" in page
+
+    assert answer(alice_approves, interaction, value="Yes, go ahead")[0] == 200
+    [message] = sent_messages(agent_stub)
+    assert message["parts"] == [{"text": "Yes, go ahead"}]
+    assert "metadata" not in message and "extensions" not in message
+
+
+def test_a_question_is_answered_with_its_text(alice_approves, agent_stub, ops):
+    question = approval("q-1", "Which region?", kind="question", detail={"choices": ["eu", "us"]})
+    interaction = waiting_interaction(
+        agent_stub, ops, status("INPUT_REQUIRED", at=1, metadata=question)
+    )
+    page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert 'name="value" value="eu"' in page and 'name="value" value="us"' in page
+    assert answer(alice_approves, interaction, value="eu")[0] == 200
+    [message] = sent_messages(agent_stub)
+    assert message["metadata"][profile.INTERACTIONS] == {"interactionId": "q-1", "value": "eu"}
+
+
+# -- exactly once ---------------------------------------------------------------------------
+
+
+def test_a_second_answer_is_refused_and_says_who_answered(
+    alice_approves, agent_stub, ops, approvers
+):
+    interaction = waiting_interaction(agent_stub, ops)
+    bob = person("bob", ops, approvers)
+    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    code, data = answer(bob, interaction, decision="deny")
+    assert code == 409
+    assert data["detail"].startswith("Already answered: Approved by alice, ")
+    assert len(sent_messages(agent_stub)) == 1
+    page = bob.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "Approved by alice, " in page and 'value="approve"' not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_answers_send_exactly_one_message(ops, approvers):
+    with MisbehavingAgent() as stub:
+        stub.answer(ACCEPTED, delay=0.3)  # a slow agent widens the race
+        interaction = waiting_interaction(stub, ops)
+        people = [person(f"approver{n}", ops, approvers) for n in range(6)]
+        results: list[tuple[int, dict]] = []
+        start = threading.Barrier(len(people))
+
+        def click(client: Client, n: int) -> None:
+            start.wait()
+            results.append(answer(client, interaction, decision="approve" if n % 2 else "deny"))
+
+        threads = [threading.Thread(target=click, args=(c, n)) for n, c in enumerate(people)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        codes = sorted(code for code, _ in results)
+        assert codes == [200, 409, 409, 409, 409, 409], results
+        assert len(sent_messages(stub)) == 1
+
+
+# -- when the agent fails -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "words"),
+    [
+        pytest.param(lambda s: s.answer(b"<h1>oops</h1>", content_type="text/html"),
+                     "not JSON", id="html"),
+        pytest.param(lambda s: s.answer(b"bad gateway", status=502, content_type="text/plain"),
+                     "HTTP 502", id="http-error"),
+        pytest.param(lambda s: s.rpc_error(-32001, "Task not found"),
+                     "no longer knows this task", id="json-rpc-error"),
+        pytest.param(lambda s: s.answer(ACCEPTED, delay=1.0),
+                     "did not answer within", id="slow"),
+    ],
+)  # fmt: skip
+def test_a_failing_agent_leaves_the_question_open_and_a_retry_works(
+    alice_approves, agent_stub, ops, monkeypatch, misbehave, words
+):
+    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    interaction = waiting_interaction(agent_stub, ops)
+    misbehave(agent_stub)
+
+    code, data = answer(alice_approves, interaction, decision="approve")
+
+    assert code == 502 and words in data["detail"] and "try again" in data["detail"]
+    interaction.refresh_from_db()
+    assert (interaction.state, interaction.answered_by) == (Interaction.State.OPEN, None)
+    assert words in interaction.last_error
+    page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "Last try failed" in page and 'value="approve"' in page
+
+    agent_stub.answer(ACCEPTED)
+    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    first, *_, last = sent_messages(agent_stub)
+    assert first["messageId"] == last["messageId"]  # a retry is the same answer, not another
+
+
+def test_an_agent_that_is_down_gives_a_clear_message(alice_approves, agent_stub, ops):
+    interaction = waiting_interaction(agent_stub, ops)
+    agent_stub.close()
+    code, data = answer(alice_approves, interaction, decision="deny")
+    assert code == 502 and "could not connect to the agent" in data["detail"]
+    interaction.refresh_from_db()
+    assert interaction.state == Interaction.State.OPEN
+
+
+# -- who may answer -------------------------------------------------------------------------
+
+
+def test_a_viewer_sees_the_question_without_buttons_and_a_forged_post_is_refused(agent_stub, ops):
+    interaction = waiting_interaction(agent_stub, ops)
+    viewer = person("viewer", ops)
+    page = viewer.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "Ship v2?" in page and "Waiting for an approver" in page
+    assert "data-answer-form" not in page
+    code, data = answer(viewer, interaction, decision="approve")
+    assert code == 403 and "not answer" in data["detail"]
+    assert sent_messages(agent_stub) == []
+
+
+def test_an_approver_of_another_team_cannot_see_or_answer(agent_stub, ops, approvers):
+    interaction = waiting_interaction(agent_stub, ops)
+    outsider = person("mallory", approvers, Group.objects.create(name="finance"))
+    assert answer(outsider, interaction, decision="approve")[0] == 404
+    assert Client().post(f"/interactions/{interaction.pk}/answer/").status_code == 401
+    assert sent_messages(agent_stub) == []
+
+
+def test_an_answer_needs_the_csrf_token(agent_stub, ops, approvers):
+    interaction = waiting_interaction(agent_stub, ops)
+    client = Client(enforce_csrf_checks=True)
+    user = User.objects.create_user("carol")
+    user.groups.add(ops, approvers)
+    client.force_login(user)
+    response = client.post(f"/interactions/{interaction.pk}/answer/", {"decision": "approve"})
+    assert response.status_code == 403
+    assert sent_messages(agent_stub) == []
+
+
+def test_a_plain_form_post_redirects_back_with_the_outcome(alice_approves, agent_stub, ops):
+    interaction = waiting_interaction(agent_stub, ops)
+    response = alice_approves.post(
+        f"/interactions/{interaction.pk}/answer/", {"decision": "approve"}, follow=True
+    )
+    assert response.redirect_chain[-1][0] == f"/sessions/{interaction.task.session_id}/"
+    assert "Approved by alice" in response.content.decode()
+    assert Session.objects.get().card.question is None  # the card shows only open questions
+
+
+def test_the_admin_lists_who_answered_what(alice_approves, agent_stub, ops, admin_client):
+    interaction = waiting_interaction(agent_stub, ops)
+    assert answer(alice_approves, interaction, decision="deny")[0] == 200
+    page = admin_client.get("/admin/tasks/interaction/?state__exact=answered").content.decode()
+    assert "i-1" in page and "alice" in page and "{&quot;approved&quot;: false}" in page

@@ -1,0 +1,74 @@
+"""`sync_agents` recovers what pushes never delivered, from a real a2a-sdk agent, and a second
+run changes nothing."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tasks.models import Delivery, Interaction, Session, Task
+from tests.processes import free_port
+from tests.test_a2a_peer import add_agent, start_peer, wait_for  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sync(*options: str) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("sync_agents", *options, stdout=out, stderr=err)
+    return out.getvalue() + err.getvalue()
+
+
+def start_task_pushing_nowhere(peer) -> dict:
+    """A task whose pushes go to a port nothing listens on: Onlooker hears none of them."""
+    config = {"id": "lost", "url": f"http://127.0.0.1:{free_port()}/a2a/push/lost/"}
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"text": "Write the release notes"}],
+    }
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": config}
+    return peer.rpc("SendMessage", {"message": message, "configuration": configuration})["task"]
+
+
+def test_sync_recovers_a_task_whose_pushes_were_lost_and_is_idempotent(start_peer):  # noqa: F811
+    peer = start_peer()
+    registration = add_agent(peer.card_url)
+    task = start_task_pushing_nowhere(peer)
+    wait_for(
+        lambda: peer.get_task(task["id"])["status"]["state"] == "TASK_STATE_AUTH_REQUIRED",
+        "the agent to wait for approval",
+    )
+    assert not Task.objects.exists()
+
+    output = sync()
+
+    assert f"#{registration['agent']}): 1 listed, 1 fetched, 1 applied" in output
+    recovered = Task.objects.get(task_id=task["id"])
+    assert recovered.state == "TASK_STATE_AUTH_REQUIRED"
+    session = Session.objects.get(context_id=task["contextId"])
+    assert session.needs_human and session.card.question["kind"] == "approval"
+    assert Interaction.objects.get(task=recovered).state == Interaction.State.OPEN
+    deliveries = Delivery.objects.count()
+
+    # Nothing newer than what Onlooker holds: listed, not fetched again.
+    assert "1 listed, 0 fetched, 0 applied" in sync()
+    assert "1 listed, 0 fetched, 0 applied" in sync("--since", "1d")
+    assert Delivery.objects.count() == deliveries
+
+
+def test_sync_says_which_agent_could_not_be_reached(start_peer):  # noqa: F811
+    peer = start_peer()
+    add_agent(peer.card_url)
+    peer.stop()
+    with pytest.raises(CommandError, match="some agents could not be synced"):
+        call_command("sync_agents", stdout=io.StringIO(), stderr=(err := io.StringIO()))
+    assert "could not connect to the agent" in err.getvalue()
+
+
+def test_since_must_be_a_duration_or_a_time(db):
+    with pytest.raises(CommandError, match="give a duration like 30m"):
+        sync("--since", "yesterday")

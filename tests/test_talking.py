@@ -1,0 +1,209 @@
+"""Talking to agents from the session page: the composer (SendMessage with a push config that
+points at Onlooker) and the cancel button (CancelTask), through the real views."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
+
+from tasks import profile
+from tasks.models import PushEndpoint, Session, Task
+from tests.builders import status
+from tests.conftest import make_agent, push
+from tests.peers.misbehaving_agent import MisbehavingAgent
+from tests.test_a2a_peer import (  # noqa: F401 - fixtures
+    add_agent,
+    onlooker,
+    start_peer,
+    wait_for,
+    wait_for_approval,
+)
+
+
+@pytest.fixture
+def approvers(ops) -> Group:
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
+    return group
+
+
+def person(name: str, *groups: Group) -> Client:
+    user = User.objects.create_user(name)
+    user.groups.add(*groups)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def post(client: Client, url: str, **form) -> tuple[int, dict]:
+    response = client.post(url, form, HTTP_ACCEPT="application/json")
+    return response.status_code, response.json()
+
+
+def task_json(task_id: str, state: str, context: str = "ctx-1") -> dict:
+    return {
+        "id": task_id,
+        "contextId": context,
+        "status": {"state": state, "timestamp": "2026-11-30T12:00:05Z"},
+    }
+
+
+@pytest.fixture
+def stub_session(ops):
+    """A session whose agent is a scriptable loopback stub, with one working task."""
+    with MisbehavingAgent() as stub:
+        registered = make_agent(team=ops)
+        registered.agent.rpc_url = stub.rpc_url
+        registered.agent.extensions = list(profile.EXTENSIONS)
+        registered.agent.save()
+        assert push(Client(), registered, status("WORKING", at=1)).status_code == 200
+        yield stub, Session.objects.get()
+
+
+def sent(stub: MisbehavingAgent, method: str) -> list[dict]:
+    return [r.json()["params"] for r in stub.requests if r.json().get("method") == method]
+
+
+# -- with a real a2a-sdk agent --------------------------------------------------------------
+
+
+def test_a_message_starts_work_whose_updates_reach_onlooker_and_cancel_stops_it(
+    onlooker,  # noqa: F811 - a fixture imported from test_a2a_peer
+    start_peer,  # noqa: F811
+    ops,
+    approvers,
+):
+    peer = start_peer()
+    registration = add_agent(peer.card_url, "--team", "ops")
+    first = wait_for_approval(peer, registration)
+    session = Session.objects.get(context_id=first["contextId"])
+    alice = person("alice", ops, approvers)
+
+    code, data = post(
+        alice, f"/sessions/{session.pk}/messages/", text="Also draft the changelog",
+        message_id="a1b2c3d4e5f6",
+    )  # fmt: skip
+    assert code == 200, data
+
+    def second_task_waiting() -> Task | None:
+        return (
+            Task.objects.filter(session=session, state="TASK_STATE_AUTH_REQUIRED")
+            .exclude(task_id=first["id"])
+            .first()
+        )
+
+    # The new task's own pushes (through the push config Onlooker attached) arrive.
+    second = wait_for(second_task_waiting, "the new task's pushes", peer.diagnose)
+    composer_endpoint = PushEndpoint.objects.filter(agent=session.agent).latest("created_at")
+    assert any(p["url"] == composer_endpoint.push_url for p in peer.pushes("answered"))
+
+    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id=second.task_id)
+    assert code == 200 and data["detail"] == "The agent says the task is now canceled."
+    assert peer.get_task(second.task_id)["status"]["state"] == "TASK_STATE_CANCELED"
+    second.refresh_from_db()
+    assert second.state == "TASK_STATE_CANCELED"
+
+
+# -- what reaches the agent -----------------------------------------------------------------
+
+
+def test_a_message_carries_a_push_config_pointing_at_onlooker(stub_session, ops, approvers):
+    stub, session = stub_session
+    stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_SUBMITTED")}})
+    alice = person("alice", ops, approvers)
+    code, data = post(
+        alice, f"/sessions/{session.pk}/messages/", text="Go on", message_id="0123456789ab"
+    )
+    assert (code, data["state"]) == (200, "queued")  # task-1 is still working
+    [params] = sent(stub, "SendMessage")
+    message, config = params["message"], params["configuration"]["taskPushNotificationConfig"]
+    assert (message["contextId"], message["parts"]) == ("ctx-1", [{"text": "Go on"}])
+    assert "taskId" not in message
+    assert message["messageId"] == "onlooker-message-0123456789ab"
+    endpoint = PushEndpoint.objects.get(public_id=config["id"])
+    assert config["url"] == endpoint.push_url and endpoint.agent == session.agent
+    assert Task.objects.filter(session=session, task_id="task-2").exists()  # shown at once
+
+
+def test_a_repeated_submit_is_the_same_message_at_the_agent(stub_session, ops, approvers):
+    stub, session = stub_session
+    stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_WORKING")}})
+    alice = person("alice", ops, approvers)
+    for _ in range(2):
+        post(alice, f"/sessions/{session.pk}/messages/", text="Go", message_id="same-id-123")
+    ids = {p["message"]["messageId"] for p in sent(stub, "SendMessage")}
+    assert ids == {"onlooker-message-same-id-123"}
+
+
+def test_a_message_the_agent_refuses_leaves_no_push_config(stub_session, ops, approvers):
+    stub, session = stub_session
+    stub.rpc_error(-32004, "busy", reason="CONTEXT_BUSY")
+    before = PushEndpoint.objects.count()
+    code, data = post(
+        person("alice", ops, approvers), f"/sessions/{session.pk}/messages/", text="Hi",
+        message_id="0123456789ab",
+    )  # fmt: skip
+    assert code == 502 and "busy with this conversation" in data["detail"]
+    assert PushEndpoint.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    ("form", "words"),
+    [
+        ({"text": "  ", "message_id": "0123456789ab"}, "must not be empty"),
+        ({"text": "hi", "message_id": "short"}, "message_id must be 8 to 64"),
+        ({"text": "hi", "message_id": "0123456789ab<script>"}, "only letters, digits"),
+        ({"text": "x" * 4001, "message_id": "0123456789ab"}, "at most 4000"),
+    ],
+)
+def test_a_bad_message_is_refused_and_sends_nothing(stub_session, ops, approvers, form, words):
+    stub, session = stub_session
+    code, data = post(person("alice", ops, approvers), f"/sessions/{session.pk}/messages/", **form)
+    assert code == 400 and words in data["detail"]
+    assert sent(stub, "SendMessage") == []
+
+
+def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_session, ops, approvers):
+    stub, session = stub_session
+    alice = person("alice", ops, approvers)
+    stub.rpc_error(-32002, "Task cannot be canceled")
+    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="task-1")
+    assert code == 502 and "cannot cancel this task" in data["detail"]
+    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="someone-elses")
+    assert code == 400 and "names no task of this session" in data["detail"]
+    assert [p["id"] for p in sent(stub, "CancelTask")] == ["task-1"]
+
+
+def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, approvers):
+    stub, session = stub_session
+    viewer = person("viewer", ops)
+    page = viewer.get(f"/sessions/{session.pk}/").content.decode()
+    assert "messaging its agent needs the approver role" in page
+    assert "Cancel the running task" not in page
+    form = {"text": "hi", "message_id": "0123456789ab"}
+    assert post(viewer, f"/sessions/{session.pk}/messages/", **form)[0] == 403
+    assert post(viewer, f"/sessions/{session.pk}/cancel/", task_id="task-1")[0] == 403
+    outsider = person("mallory", approvers, Group.objects.create(name="finance"))
+    assert post(outsider, f"/sessions/{session.pk}/messages/", **form)[0] == 404
+    assert stub.requests == []
+
+
+def test_new_session_starts_a_conversation_and_opens_its_page(stub_session, ops, approvers):
+    stub, session = stub_session
+    stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("t-9", "TASK_STATE_SUBMITTED",
+                                                                 context="ctx-new")}})  # fmt: skip
+    alice = person("alice", ops, approvers)
+    assert "New session" in alice.get("/").content.decode()
+    response = alice.post(
+        "/sessions/new/",
+        {"agent": session.agent_id, "text": "Plan the launch", "message_id": "0123456789ab"},
+    )
+    opened = Session.objects.get(context_id="ctx-new")
+    assert response.status_code == 302 and response["Location"] == f"/sessions/{opened.pk}/"
+    [params] = sent(stub, "SendMessage")
+    assert "contextId" not in params["message"] and "taskPushNotificationConfig" in str(params)
+    viewer = person("viewer", ops)
+    assert "New session" not in viewer.get("/").content.decode()
+    form = {"agent": session.agent_id, "text": "x", "message_id": "0123456789ab"}
+    assert post(viewer, "/sessions/new/", **form)[0] == 403
