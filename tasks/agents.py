@@ -151,3 +151,29 @@ def rotate_signing_secret(agent: Agent) -> str:
 def retire_previous_signing_secret(agent: Agent) -> None:
     agent.previous_signing_secret = ""
     agent.save(update_fields=["previous_signing_secret"])
+
+
+def refresh_card(agent: Agent) -> str | None:
+    """Read the agent's card again (its URL, version or extensions may have changed); the
+    error in words when it could not be read, which is also kept on the agent. The name a
+    person gave the agent stays."""
+    try:
+        card = a2a_client.fetch_card(agent.card_url)
+    except a2a_client.A2AError as error:
+        agent.last_error = str(error)
+        agent.save(update_fields=["last_error"])
+        return agent.last_error
+    agent.rpc_url, agent.protocol_version = card.rpc_url, card.protocol_version
+    agent.extensions, agent.push_notifications = card.extensions, card.push_notifications
+    agent.card_fetched_at, agent.last_error = timezone.now(), ""
+    agent.save(
+        update_fields=[
+            "rpc_url",
+            "protocol_version",
+            "extensions",
+            "push_notifications",
+            "card_fetched_at",
+            "last_error",
+        ]
+    )
+    return None

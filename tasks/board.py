@@ -10,7 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from tasks.models import Session, TaskState
+from tasks.models import Agent, Interaction, Session, TaskState
 
 OVERVIEW_LIMIT = 300
 SIDEBAR_LIMIT = 100
@@ -58,3 +58,19 @@ def tiles(user, filters: Filters) -> tuple[list[Session], int]:
     """The sessions the monitoring screen shows as tiles, and how many match in all."""
     shown = filters.apply(Session.objects.visible_to(user).select_related("agent", "card"))
     return list(attention_order(shown)[:OVERVIEW_LIMIT]), shown.count()
+
+
+WAITING_LIMIT = 20
+
+
+def waiting(user) -> list[Interaction]:
+    """The open questions of every session the user may see, oldest first: who has waited
+    longest is answered first."""
+    return list(
+        Interaction.objects.filter(
+            state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING],
+            task__agent__in=Agent.objects.visible_to(user),
+        )
+        .select_related("task__session__agent", "answered_by")
+        .order_by("opened_at", "id")[:WAITING_LIMIT]
+    )

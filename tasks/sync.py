@@ -1,7 +1,8 @@
-"""Catching up with agents: pushes lost while Onlooker was down (or never sent) are recovered
-by asking each agent what changed (`ListTasks` after the last update Onlooker saw) and
-fetching (`GetTask`) every task it holds something newer of. What comes back goes through
-ingest like a push of the same snapshot, so running this twice changes nothing."""
+"""Catching up with agents. Each agent's card is read again, and pushes lost while Onlooker
+was down (or never sent) are recovered by asking each agent what changed (`ListTasks` after
+the last update Onlooker saw) and fetching (`GetTask`) every task it holds something newer
+of. What comes back goes through ingest like a push of the same snapshot, so running this
+twice changes nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Max
 
-from tasks import a2a_client, ingest, protocol
+from tasks import a2a_client, agents, ingest, protocol
 from tasks.models import Agent, Task
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ def sync_agent(agent: Agent, since: datetime | None = None) -> Report:
     minus CLOCK_SKEW; everything when Onlooker holds nothing)."""
     report = Report(agent)
     since = since if since is not None else last_seen(agent)
+    card_error = agents.refresh_card(agent)
+    if card_error:
+        # The old address may still answer: try it, and say why the card was not read.
+        report.errors.append(f"its card could not be read again: {card_error}")
     try:
         for summary in a2a_client.iter_tasks(agent, status_timestamp_after=since):
             report.listed += 1

@@ -75,6 +75,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "wall": request.GET.get("display") == "wall",
         "sidebar": board.sidebar(request.user),
         "message_id": uuid.uuid4().hex,
+        "waiting": board.waiting(request.user),
     }
     return render(request, "tasks/overview.html", context)
 
@@ -83,8 +84,8 @@ def overview(request: HttpRequest) -> HttpResponse:
 @api_login_required
 def live_board(request: HttpRequest) -> JsonResponse:
     """What a (re)connecting page refetches: the counts, the sidebar rows and, with
-    `?tiles=1`, the monitoring screen's tiles for the filters given, rendered with the same
-    partials as the pages."""
+    `?tiles=1`, the monitoring screen's tiles for the filters given, and with `?waiting=1` its
+    open questions, rendered with the same partials as the pages."""
     data = {
         "counts": board.counts(request.user),
         "sidebar": render_to_string(
@@ -95,6 +96,9 @@ def live_board(request: HttpRequest) -> JsonResponse:
         sessions, total = board.tiles(request.user, board.Filters.from_query(request.GET))
         data["tiles"] = render_to_string("tasks/_tiles.html", {"sessions": sessions})
         data["total"] = total
+    if request.GET.get("waiting"):  # per person: the forms depend on their permission
+        waiting = {"waiting": board.waiting(request.user)}
+        data["waiting"] = render_to_string("tasks/_waiting.html", waiting, request=request)
     return JsonResponse(data)
 
 

@@ -302,3 +302,17 @@ def test_the_admin_lists_who_answered_what(alice_approves, agent_stub, ops, admi
     assert answer(alice_approves, interaction, decision="deny")[0] == 200
     page = admin_client.get("/admin/tasks/interaction/?state__exact=answered").content.decode()
     assert "i-1" in page and "alice" in page and "{&quot;approved&quot;: false}" in page
+
+
+def test_the_monitoring_screen_lists_open_questions_with_forms_for_approvers_only(
+    alice_approves, agent_stub, ops
+):
+    interaction = waiting_interaction(agent_stub, ops)
+    page = alice_approves.get("/").content.decode()
+    waiting = page[page.index("data-waiting") :]
+    assert "Ship v2?" in waiting and f'action="/interactions/{interaction.pk}/answer/"' in waiting
+    viewer = person("viewer", ops)
+    board = viewer.get("/live/board/?waiting=1").json()
+    assert "Ship v2?" in board["waiting"] and "data-answer-form" not in board["waiting"]
+    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    assert "Ship v2?" not in alice_approves.get("/live/board/?waiting=1").json()["waiting"]

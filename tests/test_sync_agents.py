@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.core.management import CommandError, call_command
 
-from tasks.models import Delivery, Interaction, Session, Task
+from tasks.models import Agent, Delivery, Interaction, Session, Task
 from tests.processes import free_port
 from tests.test_a2a_peer import add_agent, start_peer, wait_for  # noqa: F401 - fixtures
 
@@ -72,3 +72,15 @@ def test_sync_says_which_agent_could_not_be_reached(start_peer):  # noqa: F811
 def test_since_must_be_a_duration_or_a_time(db):
     with pytest.raises(CommandError, match="give a duration like 30m"):
         sync("--since", "yesterday")
+
+
+def test_sync_reads_each_agents_card_again(start_peer):  # noqa: F811
+    peer = start_peer()
+    registration = add_agent(peer.card_url)
+    Agent.objects.filter(pk=registration["agent"]).update(
+        rpc_url="http://127.0.0.1:1/old", extensions=[], last_error="stale"
+    )
+    sync()
+    agent = Agent.objects.get(pk=registration["agent"])
+    assert (agent.rpc_url, agent.last_error) == (peer.rpc_url, "")
+    assert "https://docs.nylorun.com/a2a/interactions/v1" in agent.extensions

@@ -168,9 +168,10 @@ function apply(message) {
   if (!fresh) return;
   shown.set(id, { ...incoming, state: message.state, needsHuman: message.needsHuman });
   announce(message, previous);
-  if (!previous || previous.state !== message.state || previous.needsHuman !== message.needsHuman) {
-    refreshCounts();
-  }
+  // Counts change with state and needs; the open questions also change while a session
+  // keeps needing a person (one answered, another asked).
+  const needs = message.needsHuman || previous?.needsHuman;
+  if (!previous || previous.state !== message.state || needs) refreshCounts();
   document.dispatchEvent(new CustomEvent("onlooker:changed", { detail: message }));
 }
 
@@ -202,9 +203,12 @@ async function getJson(url) {
   return response.json();
 }
 
+const waitingList = () => document.querySelector("[data-waiting]");
+
 function boardQuery(withTiles) {
   const query = new URLSearchParams();
   if (withTiles) query.set("tiles", "1");
+  if (waitingList()) query.set("waiting", "1");
   if (filters.agent) query.set("agent", filters.agent);
   if (filters.state) query.set("state", filters.state);
   return `${boardUrl}?${query}`;
@@ -240,6 +244,7 @@ async function refetch() {
       showCounts(board.counts);
       if (sidebarList) replaceList(sidebarList, board.sidebar, rowId);
       if (tiles && board.tiles !== undefined) replaceList(tiles, board.tiles, tileId);
+      showWaiting(board.waiting);
       if (sessionId) {
         apply(await getJson(body.dataset.cardUrl));
         refreshActivity(); // the transcript may have grown while the socket was away
@@ -254,13 +259,25 @@ async function refetch() {
   return refreshing;
 }
 
+function showWaiting(html) {
+  const current = waitingList();
+  const replacement = html && fragment(html);
+  if (!current || !replacement) return;
+  keepWhatThePersonWasDoing(current, replacement);
+  current.replaceWith(replacement);
+  const focusedId = current.dataset.focusedId;
+  if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
+}
+
 let countsTimer = null;
 function refreshCounts() {
   if (countsTimer) return;
   countsTimer = setTimeout(async () => {
     countsTimer = null;
     try {
-      showCounts((await getJson(boardQuery(false))).counts);
+      const board = await getJson(boardQuery(false));
+      showCounts(board.counts);
+      showWaiting(board.waiting);
     } catch (error) {
       console.warn("onlooker: counts refresh failed", error);
     }

@@ -157,3 +157,20 @@ def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_sends(
         assert message["parts"] == [{"text": "Also check the costs"}]
     finally:
         page.context.close()
+
+
+def test_an_answer_from_the_monitoring_screen_takes_the_buttons_from_everyone(
+    browser, server, agent_stub, ops, approvers
+):
+    waiting_session(server, agent_stub, ops)
+    alice = open_as(browser, approver("alice", ops, approvers), server, "/")
+    bob = open_as(browser, approver("bob", ops, approvers), server, "/")
+    try:
+        expect(bob.locator("[data-waiting]")).to_contain_text("Ship v2 to production?")
+        alice.locator('[data-waiting] button[value="approve"]').click()
+        expect(bob.locator("[data-waiting] [data-answer-form]")).to_have_count(0)
+        expect(bob.locator("[data-waiting]")).not_to_contain_text("Ship v2 to production?")
+        assert len(sent_messages(agent_stub)) == 1
+    finally:
+        alice.context.close()
+        bob.context.close()
