@@ -23,7 +23,6 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.formats import time_format
 
 from tasks import a2a_client, agents, broadcast, cards, ingest, profile, protocol
 from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, TaskState
@@ -123,19 +122,7 @@ def session_of(user, interaction_pk: int) -> int:
 
 def describe(interaction: Interaction) -> str:
     """'Approved by alice, 10:02' and the like: what everyone sees once it is answered."""
-    who = interaction.answered_by.get_username() if interaction.answered_by else "someone"
-    when = time_format(timezone.localtime(interaction.answered_at), "H:i")
-    answer = interaction.answer or {}
-    if interaction.state == Interaction.State.ANSWERING:
-        return f"Being answered by {who} right now"
-    if "approved" in answer:
-        done = {
-            (Interaction.Kind.CONNECTION, True): "Connected",
-            (Interaction.Kind.CONNECTION, False): "Cancelled",
-        }.get((interaction.kind, answer["approved"]))
-        done = done or ("Approved" if answer["approved"] else "Denied")
-        return f"{done} by {who}, {when}"
-    return f"Answered by {who}, {when}"
+    return interaction.outcome
 
 
 def answer(user, interaction_pk: int, decision: Decision) -> Interaction:

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
+from tasks import fragments
 from tasks.models import Agent, Interaction, Session, TaskState
 
 OVERVIEW_LIMIT = 300
@@ -49,15 +50,21 @@ def counts(user) -> dict[str, int]:
     )
 
 
-def sidebar(user) -> list[Session]:
-    visible = Session.objects.visible_to(user).select_related("card")
-    return list(attention_order(visible)[:SIDEBAR_LIMIT])
+def _with_fragments(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    return sessions.select_related("view", "card", "agent")
 
 
-def tiles(user, filters: Filters) -> tuple[list[Session], int]:
-    """The sessions the monitoring screen shows as tiles, and how many match in all."""
-    shown = filters.apply(Session.objects.visible_to(user).select_related("agent", "card"))
-    return list(attention_order(shown)[:OVERVIEW_LIMIT]), shown.count()
+def sidebar(user) -> list[str]:
+    """The sidebar's rows, as stored HTML (fragments.py)."""
+    visible = _with_fragments(Session.objects.visible_to(user))
+    return [fragments.one(s, "sidebar") for s in attention_order(visible)[:SIDEBAR_LIMIT]]
+
+
+def tiles(user, filters: Filters) -> tuple[list[str], int]:
+    """The monitoring screen's tiles, as stored HTML, and how many sessions match in all."""
+    shown = filters.apply(Session.objects.visible_to(user))
+    chosen = attention_order(_with_fragments(shown))[:OVERVIEW_LIMIT]
+    return [fragments.one(s, "tile") for s in chosen], shown.count()
 
 
 WAITING_LIMIT = 20

@@ -5,9 +5,9 @@ show and refetch over HTTP on every (re)connect, so a message lost here (a chann
 is down, a full group, a coalesced burst) costs nothing but latency. That is why sending
 failures are logged and swallowed: the push was committed and must still be acknowledged.
 
-A message carries the session's fragments, rendered once with the same partials the pages
-use, so consumers only forward. Bursts are coalesced per session: at most one message per
-`MIN_INTERVAL`, and the latest always wins.
+A message carries the session's fragments, rendered once when it changed (fragments.py) with
+the same partials the pages use, so consumers only forward. Bursts are coalesced per session:
+at most one message per `MIN_INTERVAL`, and the latest always wins.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
-from django.template.loader import render_to_string
 
+from tasks import fragments
 from tasks.models import Card, Session
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,11 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def snapshot(session: Session) -> dict:
-    """What a browser needs to show a session: its fragments, keyed by placement, with the
-    card revision they show. The live message and the HTTP refetch are this same dict."""
+def snapshot(session: Session, html: dict[str, str] | None = None) -> dict:
+    """What a browser needs to show a session: its fragments (stored by fragments.py, or
+    `html` just stored), with the card revision they show. The live message and the HTTP
+    refetch are this same dict."""
     card = Card.objects.filter(session=session).first()
-    context = {"session": session, "card": card}
     return {
         "type": "card.changed",
         "session": session.pk,
@@ -53,23 +53,24 @@ def snapshot(session: Session) -> dict:
         "stateLabel": session.get_state_display(),
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
-        "html": {
-            "card": render_to_string("tasks/_card.html", context),
-            "summary": render_to_string("tasks/_card_summary.html", context),
-            "sidebar": render_to_string("tasks/_sidebar_row.html", context),
-            "tile": render_to_string("tasks/_tile.html", context),
-        },
+        "html": html if html is not None else fragments.of(session),
     }
 
 
 def session_changed(session: Session, *, team_id: int | None) -> None:
-    """Call inside the transaction that changed the session: renders and sends after commit."""
+    """Call at the end of the transaction that changed the session: its fragments are
+    rendered and stored with the change, and the hint is sent after commit."""
+    try:
+        html = fragments.store(session)
+    except Exception:  # noqa: BLE001 - a broken fragment must not fail a push; pages re-render
+        log.exception("could not render the fragments of session %s", session.pk)
+        return
 
     def send() -> None:
         try:
-            message = snapshot(session)
+            message = snapshot(session, html)
         except Exception:  # noqa: BLE001 - a broken hint must not fail a committed push
-            log.exception("could not render the live message for session %s", session.pk)
+            log.exception("could not build the live message for session %s", session.pk)
             return
         coalescer.offer(session.pk, [team_group(team_id), session_group(session.pk)], message)
 

@@ -399,6 +399,19 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         )
         if question is not None:
             facts["question"] = {"kind": question.kind, "prompt": strip_invisible(question.prompt)}
+        else:
+            # Answered in Onlooker, and the agent has not gone on yet: say who answered.
+            answered = (
+                Interaction.objects.filter(
+                    task__session=session,
+                    state__in=[Interaction.State.ANSWERING, Interaction.State.ANSWERED],
+                )
+                .select_related("answered_by")
+                .order_by("-answered_at", "-id")
+                .first()
+            )
+            if answered is not None:
+                facts["answer"] = {"kind": answered.kind, "text": answered.outcome}
     newest = tasks[0] if tasks else None
     if newest is not None and newest.uncertain_effects:
         facts["uncertain"] = list(newest.uncertain_effects)

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
+from django.utils.formats import time_format
 
 
 class TaskState(models.TextChoices):
@@ -242,6 +244,22 @@ class Interaction(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.interaction_id} ({self.state})"
 
+    @property
+    def outcome(self) -> str:
+        """'Approved by alice, 10:02' and the like, once someone answers."""
+        who = self.answered_by.get_username() if self.answered_by else "someone"
+        if self.state == self.State.ANSWERING:
+            return f"Being answered by {who} right now"
+        when = time_format(timezone.localtime(self.answered_at), "H:i") if self.answered_at else ""
+        approved = (self.answer or {}).get("approved")
+        if approved is None:
+            done = "Answered"
+        elif self.kind == self.Kind.CONNECTION:
+            done = "Connected" if approved else "Cancelled"
+        else:
+            done = "Approved" if approved else "Denied"
+        return f"{done} by {who}, {when}"
+
 
 class Artifact(models.Model):
     """One version of an artifact; every version is kept."""
@@ -301,6 +319,24 @@ class Message(models.Model):
         return f"{self.role}: {self.text[:40]}"
 
 
+class SessionView(models.Model):
+    """A session's fragments as the pages and live messages show them (card, collapsed card,
+    sidebar row, monitoring tile), rendered once when the session changes. Written only by
+    `fragments.py`; never per person. `version` names the templates that rendered them, so
+    fragments from older templates are rendered afresh on read instead."""
+
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="view")
+    version = models.CharField(max_length=16)
+    revision = models.PositiveIntegerField(default=0)
+    card = models.TextField()
+    summary = models.TextField()
+    sidebar = models.TextField()
+    tile = models.TextField()
+
+    def __str__(self) -> str:
+        return f"fragments of {self.session} (rev {self.revision})"
+
+
 class Card(models.Model):
     """A session's progress card. Written only by `cards.py`; `html` is the sanitized
     rendering of `markdown`, made once at write time. A cleared card stays as a tombstone
@@ -341,6 +377,10 @@ class Card(models.Model):
     @property
     def telemetry(self) -> dict | None:
         return (self.facts or {}).get("telemetry")
+
+    @property
+    def answer(self) -> dict | None:
+        return (self.facts or {}).get("answer")
 
     @property
     def current_step(self) -> dict | None:

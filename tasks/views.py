@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import answers, board, broadcast
+from tasks import answers, board, broadcast, fragments
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Card, Interaction, Session, TaskState
 
@@ -64,9 +64,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     """The team monitoring screen: every visible session as its card, those waiting for a
     human first. Filters live in the URL so a wall screen can be bookmarked."""
     filters = board.Filters.from_query(request.GET)
-    sessions, total = board.tiles(request.user, filters)
+    tiles, total = board.tiles(request.user, filters)
     context = {
-        "sessions": sessions,
+        "tiles": tiles,
         "total": total,
         "counts": board.counts(request.user),
         "agents": Agent.objects.visible_to(request.user).order_by("name"),
@@ -86,15 +86,10 @@ def live_board(request: HttpRequest) -> JsonResponse:
     """What a (re)connecting page refetches: the counts, the sidebar rows and, with
     `?tiles=1`, the monitoring screen's tiles for the filters given, and with `?waiting=1` its
     open questions, rendered with the same partials as the pages."""
-    data = {
-        "counts": board.counts(request.user),
-        "sidebar": render_to_string(
-            "tasks/_sidebar_rows.html", {"sidebar": board.sidebar(request.user)}
-        ),
-    }
+    data = {"counts": board.counts(request.user), "sidebar": "".join(board.sidebar(request.user))}
     if request.GET.get("tiles"):
-        sessions, total = board.tiles(request.user, board.Filters.from_query(request.GET))
-        data["tiles"] = render_to_string("tasks/_tiles.html", {"sessions": sessions})
+        tiles, total = board.tiles(request.user, board.Filters.from_query(request.GET))
+        data["tiles"] = "".join(tiles)
         data["total"] = total
     if request.GET.get("waiting"):  # per person: the forms depend on their permission
         waiting = {"waiting": board.waiting(request.user)}
@@ -105,7 +100,7 @@ def live_board(request: HttpRequest) -> JsonResponse:
 def _visible_session(request: HttpRequest, session_id: int) -> Session:
     session = (
         Session.objects.visible_to(request.user)
-        .select_related("agent")
+        .select_related("agent", "card", "view")
         .filter(pk=session_id)
         .first()
     )
@@ -145,7 +140,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _visible_session(request, session_id)
     context = {
         "session": session,
-        "card": Card.objects.filter(session=session).first(),
+        "card": getattr(session, "card", None),
+        "html": fragments.of(session),  # the card placements show what live messages send
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
         "message_id": uuid.uuid4().hex,  # makes a double submit one message at the agent

@@ -138,6 +138,9 @@ def test_an_approval_is_one_typed_message_on_the_task_with_a_derived_id(
     assert message["extensions"] == [profile.INTERACTIONS]
     assert message["messageId"].startswith(f"onlooker-answer-{interaction.pk}-")
     assert message["parts"] == [{"text": "Approved by alice in Onlooker"}]
+    # Every card (so every browser) says who answered until the agent goes on.
+    card = Session.objects.get().card
+    assert card.question is None and card.answer["text"].startswith("Approved by alice, ")
 
 
 def test_a_core_agents_question_gets_plain_text_that_cannot_approve(

@@ -90,6 +90,7 @@ def test_two_approvers_clicking_at_once_send_one_answer_and_both_see_who_answere
         line = f"{verdict} by {winner.answered_by.username}, "
         for page in (alice, bob):
             expect(page.locator(".answers")).to_contain_text(line)
+            expect(page.locator("[data-live-card]:visible .card-answer")).to_contain_text(line)
     finally:
         alice.context.close()
         bob.context.close()

@@ -1,0 +1,72 @@
+"""A session's fragments, rendered once when the session changes and stored: the card, its
+collapsed line, the sidebar row and the monitoring tile. The monitoring screen with a
+thousand sessions then reads HTML instead of rendering it, the live message and the HTTP
+refetch are the same stored strings, and the pages show exactly what the socket sends.
+
+The only writer of `SessionView`. Fragments hold nothing per person (a person's buttons are
+rendered per request, beside them), and nothing that goes stale with time alone (times are
+absolute; static/js/times.js makes them relative in the browser).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from pathlib import Path
+
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from tasks.models import Card, Session, SessionView
+
+log = logging.getLogger(__name__)
+
+PARTIALS = {
+    "card": "tasks/_card.html",
+    "summary": "tasks/_card_summary.html",
+    "sidebar": "tasks/_sidebar_row.html",
+    "tile": "tasks/_tile.html",
+}
+
+
+@functools.cache
+def version() -> str:
+    """Names the partials' source: a deploy that changes a partial renders afresh."""
+    digest = hashlib.sha256()
+    folder = Path(settings.BASE_DIR) / "templates"
+    for name in sorted(PARTIALS.values()):
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def render(session: Session, card: Card | None) -> dict[str, str]:
+    context = {"session": session, "card": card}
+    return {key: render_to_string(name, context) for key, name in PARTIALS.items()}
+
+
+def store(session: Session) -> dict[str, str]:
+    """Render and keep the session's fragments; call it in the transaction that changed the
+    session, so they commit (or roll back) with the change."""
+    card = Card.objects.filter(session=session).first()
+    html = render(session, card)
+    SessionView.objects.update_or_create(
+        session=session,
+        defaults={"version": version(), "revision": card.revision if card else 0, **html},
+    )
+    return html
+
+
+def of(session: Session) -> dict[str, str]:
+    """All of the session's fragments to show (see `one`)."""
+    return {key: one(session, key) for key in PARTIALS}
+
+
+def one(session: Session, key: str) -> str:
+    """One fragment to show: the stored one, or (stored by older templates, or never)
+    rendered now. Load `session` with select_related("view", "card", "agent")."""
+    view = getattr(session, "view", None)  # a missing one-to-one row reads as None here
+    if view is not None and view.version == version():
+        return getattr(view, key)
+    context = {"session": session, "card": getattr(session, "card", None)}
+    return render_to_string(PARTIALS[key], context)
