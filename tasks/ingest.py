@@ -50,6 +50,14 @@ _EXPECTED_STATE = {
 }
 
 
+def _asked_again(interaction: Interaction) -> bool:
+    """A status newer than any before asks this interaction (again): reopen it if the agent
+    had moved on, or if it had been answered (the agent did not take the answer, or asked
+    before it arrived; either way it waits for a person). Only agent timestamps are compared
+    (the caller's placement), never the agent's clock against ours."""
+    return interaction.state in (Interaction.State.CLOSED, Interaction.State.ANSWERED)
+
+
 def idempotency_key(webhook_id: str | None, body: bytes) -> str:
     if webhook_id:
         if len(webhook_id) <= 150:
@@ -336,7 +344,7 @@ class _Applier:
         if not current:
             return
         self.interactions_changed = True
-        if not created and interaction.state == Interaction.State.CLOSED:
+        if not created and _asked_again(interaction):
             interaction.state = Interaction.State.OPEN
             interaction.save(update_fields=["state"])
         self._close_interactions(task, keep=interaction)

@@ -319,3 +319,22 @@ def test_the_monitoring_screen_lists_open_questions_with_forms_for_approvers_onl
     assert "Ship v2?" in board["waiting"] and "data-answer-form" not in board["waiting"]
     assert answer(alice_approves, interaction, decision="approve")[0] == 200
     assert "Ship v2?" not in alice_approves.get("/live/board/?waiting=1").json()["waiting"]
+
+
+def test_a_question_asked_again_after_its_answer_is_open_again(alice_approves, agent_stub, ops):
+    registered = make_agent(team=ops)
+    registered.agent.rpc_url = agent_stub.rpc_url
+    registered.agent.save()
+    ask = status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?"))
+    assert push(Client(), registered, ask).status_code == 200
+    interaction = Interaction.objects.get()
+    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    page = f"/sessions/{interaction.task.session_id}/"
+    assert 'value="approve"' not in alice_approves.get(page).content.decode()
+
+    # The agent did not take the answer and asks again, later: a person must decide again.
+    again = status("AUTH_REQUIRED", at=10**9, metadata=approval("i-1", "Ship v2?"))
+    assert push(Client(), registered, again).status_code == 200
+    interaction.refresh_from_db()
+    assert interaction.state == Interaction.State.OPEN
+    assert 'value="approve"' in alice_approves.get(page).content.decode()
