@@ -42,7 +42,11 @@ def version() -> str:
 
 def render(session: Session, card: Card | None) -> dict[str, str]:
     context = {"session": session, "card": card}
-    return {key: render_to_string(name, context) for key, name in PARTIALS.items()}
+    html = {"card": render_to_string(PARTIALS["card"], context)}
+    context["card_html"] = html["card"]  # the tile shows the same card: render it once
+    for key in ("summary", "sidebar", "tile"):
+        html[key] = render_to_string(PARTIALS[key], context)
+    return html
 
 
 def store(session: Session) -> dict[str, str]:
@@ -50,10 +54,11 @@ def store(session: Session) -> dict[str, str]:
     session, so they commit (or roll back) with the change."""
     card = Card.objects.filter(session=session).first()
     html = render(session, card)
-    SessionView.objects.update_or_create(
-        session=session,
-        defaults={"version": version(), "revision": card.revision if card else 0, **html},
-    )
+    fields = {"version": version(), "revision": card.revision if card else 0, **html}
+    # One UPDATE on the hot path; the INSERT only for a session's first change. The caller
+    # holds the session's row lock, so no one else inserts meanwhile.
+    if not SessionView.objects.filter(session=session).update(**fields):
+        SessionView.objects.create(session=session, **fields)
     return html
 
 
@@ -69,4 +74,6 @@ def one(session: Session, key: str) -> str:
     if view is not None and view.version == version():
         return getattr(view, key)
     context = {"session": session, "card": getattr(session, "card", None)}
+    if key == "tile":
+        context["card_html"] = render_to_string(PARTIALS["card"], context)
     return render_to_string(PARTIALS[key], context)
