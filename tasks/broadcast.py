@@ -17,7 +17,6 @@ import json
 import logging
 import threading
 import time
-import weakref
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -150,7 +149,7 @@ class _Coalescer:
     def _flush_on_loop(self, session_id: int) -> None:
         entry = self._take(session_id)
         if entry is not None:
-            _outbox(asyncio.get_running_loop()).put_nowait(entry)
+            asyncio.get_running_loop().create_task(_send_async(*entry))
 
     def _flush_in_thread(self, session_id: int) -> None:
         entry = self._take(session_id)
@@ -170,35 +169,14 @@ coalescer = _Coalescer()
 def _send(groups: list[str], message: dict) -> None:
     loop = _running_server_loop()
     if loop is not None:
-        # Handed to the server's loop without waiting (the push's 200 does not wait for the
-        # layer), into one queue sent from in order: hints leave in the order of commits.
-        loop.call_soon_threadsafe(_outbox(loop).put_nowait, (groups, message))
+        # Handed to the server's loop without waiting: the push's 200 does not wait for the
+        # layer, and the loop sends in the order the commits happened.
+        loop.call_soon_threadsafe(loop.create_task, _send_async(groups, message))
         return
     try:
         async_to_sync(_send_async)(groups, message)
     except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
         log.warning("broadcast to %s failed: %s", groups, error)
-
-
-_outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Queue] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _outbox(loop: asyncio.AbstractEventLoop) -> asyncio.Queue:
-    """The loop's queue of hints to send, and the one task that sends them (call on the
-    loop)."""
-    queue = _outboxes.get(loop)
-    if queue is None:
-        queue = _outboxes[loop] = asyncio.Queue()
-        loop.create_task(_send_in_order(queue))
-    return queue
-
-
-async def _send_in_order(queue: asyncio.Queue) -> None:
-    while True:
-        groups, message = await queue.get()
-        await _send_async(groups, message)
 
 
 async def _send_async(groups: list[str], message: dict) -> None:
