@@ -1,0 +1,84 @@
+"""Refresh the README's screenshots: `python docs/screenshots.py` (needs the test extras and
+Debian's chromium). It runs `manage.py demo` in a throwaway data directory, logs in as the
+demo user in a real browser, and photographs the monitoring screen and a session page with
+the example agent's approval waiting."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from playwright.sync_api import expect, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> int:
+    port, agent_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="onlooker-shots-") as data:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_"))}
+        env.update(ONLOOKER_DATA_DIR=data, ONLOOKER_PUBLIC_URL=url, DEBUG="1")
+        log = Path(data) / "demo.log"
+        with log.open("w") as out:
+            demo = subprocess.Popen(  # noqa: S603 - our own program
+                [sys.executable, "manage.py", "demo", "--port", str(port),
+                 "--agent-port", str(agent_port), "--sessions", "4"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 60
+                while "Onlooker is running" not in log.read_text():
+                    if demo.poll() is not None or time.monotonic() > deadline:
+                        print(log.read_text(), file=sys.stderr)
+                        return 1
+                    time.sleep(0.2)
+                password = re.search(r"with the password (\S+)", log.read_text())[1]
+                shoot(url, password)
+            finally:
+                demo.send_signal(signal.SIGINT)
+                demo.wait(timeout=20)
+    print(f"wrote {OUT / 'monitoring.png'} and {OUT / 'session.png'}")
+    return 0
+
+
+def shoot(url: str, password: str) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1360, "height": 860})
+        page.goto(url + "/")
+        page.fill("input[name=username]", "demo")
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit], input[type=submit]")
+        expect(page.locator('[data-waiting] button[value="approve"]').first).to_be_visible(
+            timeout=60_000
+        )
+        time.sleep(3)  # let the other sessions get a little further
+        page.screenshot(path=OUT / "monitoring.png")
+        has_approve = page.locator('button[value="approve"]')
+        waiting = page.locator(".waiting-session").filter(has=has_approve).first
+        waiting.locator("a").first.click()
+        expect(page.locator('[data-answer-form] button[value="approve"]')).to_be_visible()
+        page.screenshot(path=OUT / "session.png")
+        browser.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""`python manage.py demo`: Onlooker doing its real job within a minute, with nothing to
+configure. It prepares the embedded database, a demo user who may answer, and the example
+A2A agent (`python -m demo.agent`, a real a2a-sdk server on loopback, registered exactly as a
+user would with add_agent), starts the dashboard and a few sessions, and stops everything on
+Ctrl-C. Running it again reuses the user and the agent.
+
+The example agent is started as a program, not imported: nothing in `tasks` depends on it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import Group, Permission, User
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from tasks import a2a_client, agents
+from tasks.models import Agent
+
+ROOT = Path(settings.BASE_DIR)
+AGENT_NAME = "Example agent"
+FIRST_MESSAGES = (
+    "Ship release 2.4 to production",
+    "Research: compare three hosted vector databases for us",
+    "Connect the GitHub account and open the release PR",
+    "Ship the hotfix for the login timeout",
+)
+
+
+class Command(BaseCommand):
+    help = "Run Onlooker with an example agent, a demo user and a few live sessions."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--port", type=int, default=8000, help="the dashboard's port")
+        parser.add_argument("--agent-port", type=int, default=8765, help="the agent's port")
+        parser.add_argument("--sessions", type=int, default=3, help="sessions to start (0: none)")
+
+    def handle(self, *args, port: int, agent_port: int, sessions: int, **options) -> None:
+        url = f"http://127.0.0.1:{port}"
+        if "ONLOOKER_PUBLIC_URL" not in os.environ:
+            # Push configs name this address; the dashboard child gets it too.
+            settings.ONLOOKER_PUBLIC_URL = os.environ["ONLOOKER_PUBLIC_URL"] = url
+        elif settings.ONLOOKER_PUBLIC_URL.rstrip("/") != url:
+            raise CommandError(
+                f"ONLOOKER_PUBLIC_URL is {settings.ONLOOKER_PUBLIC_URL}; the demo serves "
+                f"{url}. Unset it (or set it to that) for the demo."
+            )
+        for name, wanted in (("dashboard", port), ("example agent", agent_port)):
+            if _listening(wanted):
+                raise CommandError(
+                    f"port {wanted} is taken, so the {name} cannot start there: stop what "
+                    "runs there, or choose another with --port / --agent-port"
+                )
+        call_command("migrate", interactive=False, verbosity=0)
+        password = _demo_user()
+        logs = Path(settings.DATA_DIR)
+        children: list[subprocess.Popen] = []
+        # A stop request (SIGTERM) stops the children just as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            agent = self._start_agent(agent_port, children, logs / "demo-agent.log")
+            dashboard = _start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
+                                str(port), "dashboard.asgi:application"],
+                               logs / "demo-dashboard.log")  # fmt: skip
+            children.append(dashboard)
+            _wait_until_listening(dashboard, port, "the dashboard")
+            started = self._start_sessions(agent, sessions)
+            self._welcome(port, password, started)
+            while all(child.poll() is None for child in children):
+                time.sleep(0.5)
+            raise CommandError(f"a demo process stopped on its own; see the logs in {logs}")
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopping the dashboard and the example agent…")
+        finally:
+            _stop(children)
+
+    def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
+        card_url = f"http://127.0.0.1:{port}{a2a_client.CARD_PATH}"
+        agent = Agent.objects.filter(card_url=card_url).first()
+        secret = agent.signing_secret if agent else agents.new_signing_secret()
+        process = _start([sys.executable, "-m", "demo.agent", "--port", str(port),
+                          "--signing-secret", secret], log)  # fmt: skip
+        children.append(process)
+        _wait_until_listening(process, port, "the example agent")
+        if agent is None:
+            registration = agents.register(card_url, name=AGENT_NAME, signing_secret=secret)
+            agent = registration.agent
+            self.stdout.write(f"Registered the example agent (#{agent.pk}) from {card_url}.")
+        else:
+            agents.refresh_card(agent)
+        return agent
+
+    def _start_sessions(self, agent: Agent, count: int) -> int:
+        started = 0
+        for text in FIRST_MESSAGES[:count]:
+            endpoint, token, bearer = agents.new_endpoint(agent)
+            push = a2a_client.PushConfig(
+                url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
+            )
+            try:
+                a2a_client.send_message(agent, text, push=push)
+                started += 1
+            except a2a_client.A2AError as error:
+                self.stderr.write(f"Could not start '{text}': {error}")
+        return started
+
+    def _welcome(self, port: int, password: str | None, started: int) -> None:
+        url = f"http://127.0.0.1:{port}/"
+        lines = [
+            "",
+            f"Onlooker is running: open {url}",
+            "Log in as 'demo'"
+            + (f" with the password {password}" if password else " (password as printed before)"),
+            f"The example agent is working on {started} sessions; approve or deny what it asks,",
+            "or write to it from a session page. Ctrl-C stops everything.",
+            f"Logs: {Path(settings.DATA_DIR) / 'demo-dashboard.log'} and demo-agent.log beside it.",
+        ]
+        if password is None:
+            lines.append("Forgot the password? .venv/bin/python manage.py changepassword demo")
+        self.stdout.write("\n".join(lines) + "\n")
+
+
+def _demo_user() -> str | None:
+    """The demo user, who may answer; the password is made (and returned) only once."""
+    approvers, _ = Group.objects.get_or_create(name="approvers")
+    approvers.permissions.add(Permission.objects.get(codename="answer_interaction"))
+    user = User.objects.filter(username="demo").first()
+    password = None
+    if user is None:
+        password = secrets.token_urlsafe(9)
+        user = User.objects.create_user("demo", password=password)
+    user.groups.add(approvers)
+    return password
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    # Its own process group: Ctrl-C reaches the command, which then stops children in order.
+    # Their chatter goes to a log file, so the terminal keeps what a person needs to read.
+    with log.open("a") as out:
+        return subprocess.Popen(  # noqa: S603 - our own argv
+            command, cwd=ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def _wait_until_listening(process: subprocess.Popen, port: int, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise CommandError(f"{name} exited with {process.returncode}; see its log")
+        if _listening(port):
+            return
+        time.sleep(0.1)
+    raise CommandError(f"{name} did not start listening on port {port} within 30 s")
+
+
+def _stop(children: list[subprocess.Popen]) -> None:
+    for child in reversed(children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in reversed(children):
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
