@@ -81,6 +81,9 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nStopping the dashboard and the example agent…")
         finally:
+            # A second Ctrl-C (or stop request) must not cut the shutdown short.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             _stop(children)
 
     def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
