@@ -237,3 +237,13 @@ def test_fragments_are_rendered_when_a_session_changes_and_read_as_stored(client
     SessionView.objects.filter(pk=view.pk).update(version="older-templates")
     page = client.get("/").content.decode()
     assert "Halfway" in page and "Stored" not in page
+
+
+def test_a_receipt_reads_as_one_plain_line(client, alice, ops):
+    note = (
+        "**Release 2.4:** tests\n\n| a | b |\n|---|---|\n<progress value=1 max=2></progress> `done`"
+    )
+    send(client, make_agent(team=ops), status("WORKING", at=1, text=note))
+    client.force_login(alice)
+    page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
+    assert "Progress card updated: Release 2.4: tests a b done</summary>" in page

@@ -3,10 +3,12 @@ since the script takes over ticking the same text."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django import template
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 register = template.Library()
 
@@ -58,3 +60,12 @@ def outcome(interaction) -> str:
     from tasks.answers import describe  # the wording lives with the answers
 
     return describe(interaction)
+
+
+_MARKUP = re.compile(r"[*_`#>|~\[\]]+|-{2,}")
+
+
+@register.filter
+def plain_line(markdown: str) -> str:
+    """A note as one plain line for a receipt: no tags, no markdown marks, one space."""
+    return " ".join(_MARKUP.sub(" ", strip_tags(markdown)).split())
