@@ -143,9 +143,10 @@ def test_a_burst_is_coalesced_and_the_latest_revision_wins(alice, ops):
     # Hints are sent concurrently and may overtake each other (browsers keep the newest
     # revision they have seen); what matters is that the latest one is never lost.
     assert max(revisions) == Card.objects.get().revision == 12
-    # At most one message per interval while the burst lasted, plus the one that flushes the
-    # latest afterwards (however slow the machine, so the check holds under load too).
-    assert len(received) <= burst / broadcast.MIN_INTERVAL + 2
+    # About one message per interval while the burst lasted, plus the flush of the latest
+    # afterwards; a late timer on a loaded machine may add one (seen once in CI: 4 messages
+    # for a 0.13 s burst). Uncoalesced, this burst would be 12.
+    assert len(received) <= burst / broadcast.MIN_INTERVAL + 3
     assert len(received) < 12 or burst >= 12 * broadcast.MIN_INTERVAL
 
 
