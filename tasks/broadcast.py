@@ -127,6 +127,9 @@ class _Coalescer:
                     self._later(wait, session_id)
                 return
             self.last_sent[session_id] = time.monotonic()
+            # A late timer may still hold an older message for this session: this one is
+            # newer, so that one must never go out after it.
+            self.pending.pop(session_id, None)
         _send(groups, message)
 
     def _later(self, wait: float, session_id: int) -> None:
