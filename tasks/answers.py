@@ -100,7 +100,8 @@ def may_answer(user) -> bool:
     return user.is_authenticated and user.has_perm(PERMISSION)
 
 
-def _visible(user, interaction_pk: int) -> Interaction:
+def visible(user, interaction_pk: int) -> Interaction:
+    """The interaction, if the user may see it (its agent's team); NotFound otherwise."""
     interaction = (
         Interaction.objects.select_related("task__session__agent")
         .filter(pk=interaction_pk, task__agent__in=Agent.objects.visible_to(user))
@@ -111,23 +112,9 @@ def _visible(user, interaction_pk: int) -> Interaction:
     return interaction
 
 
-def kind_of(user, interaction_pk: int) -> str:
-    """The kind of an interaction the user may see (it decides how a form is read)."""
-    return _visible(user, interaction_pk).kind
-
-
-def session_of(user, interaction_pk: int) -> int:
-    return _visible(user, interaction_pk).task.session_id
-
-
-def describe(interaction: Interaction) -> str:
-    """'Approved by alice, 10:02' and the like: what everyone sees once it is answered."""
-    return interaction.outcome
-
-
-def answer(user, interaction_pk: int, decision: Decision) -> Interaction:
-    """Send `decision` to the agent as the answer to one interaction, exactly once."""
-    interaction = _visible(user, interaction_pk)
+def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
+    """Send `decision` to the agent as the answer to one interaction (from `visible`),
+    exactly once."""
     if not may_answer(user):
         raise NotAllowed("You may see this, but not answer it: ask for the approver role.")
     if interaction.kind in CHOICES and decision.approved is None:
@@ -208,7 +195,7 @@ def _claim(user, interaction: Interaction, decision: Decision) -> None:
         current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
         if current.state == Interaction.State.CLOSED:
             raise AlreadyAnswered("The agent no longer waits for this: it moved on.")
-        raise AlreadyAnswered(f"Already answered: {describe(current)}.")
+        raise AlreadyAnswered(f"Already answered: {current.outcome}.")
 
 
 def _release(interaction: Interaction, error: str) -> None:

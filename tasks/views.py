@@ -202,17 +202,16 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
     """Approve, deny, answer or connect. CSRF-checked like every POST; the permission is
     checked in answers.answer, on every post."""
     try:
-        session_id = answers.session_of(request.user, interaction_id)
+        interaction = answers.visible(request.user, interaction_id)
     except answers.NotFound as error:
         return _refused(request, error, 0)
 
     def act():
-        kind = answers.kind_of(request.user, interaction_id)
-        decision = answers.parse_decision(kind, request.POST)
-        done = answers.answer(request.user, interaction_id, decision)
-        return done.state, answers.describe(done)
+        decision = answers.parse_decision(interaction.kind, request.POST)
+        done = answers.answer(request.user, interaction, decision)
+        return done.state, done.outcome
 
-    return _acted(request, session_id, act)
+    return _acted(request, interaction.task.session_id, act)
 
 
 @require_POST

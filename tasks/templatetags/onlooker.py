@@ -54,14 +54,6 @@ def connect_url(detail: object) -> str:
     return web_url(url)
 
 
-@register.filter
-def outcome(interaction) -> str:
-    """'Approved by alice, 10:02': who answered what, and when."""
-    from tasks.answers import describe  # the wording lives with the answers
-
-    return describe(interaction)
-
-
 _MARKUP = re.compile(r"[*_`#>|~\[\]]+|-{2,}")
 
 
