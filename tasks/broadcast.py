@@ -23,7 +23,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from tasks import fragments
-from tasks.models import Card, Session
+from tasks.models import Session
 
 log = logging.getLogger(__name__)
 MIN_INTERVAL = 0.1  # seconds between two messages about one session (≤ 10 per second)
@@ -37,11 +37,11 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def snapshot(session: Session, html: dict[str, str] | None = None) -> dict:
-    """What a browser needs to show a session: its fragments (stored by fragments.py, or
-    `html` just stored), with the card revision they show. The live message and the HTTP
-    refetch are this same dict."""
-    card = Card.objects.filter(session=session).first()
+def snapshot(session: Session, stored: fragments.Stored | None = None) -> dict:
+    """What a browser needs to show a session: its fragments with the card revision they
+    show (`stored` just now, or as kept: load `session` with select_related("card", "view")).
+    The live message and the HTTP refetch are this same dict."""
+    card = stored.card if stored else getattr(session, "card", None)
     return {
         "type": "card.changed",
         "session": session.pk,
@@ -53,7 +53,7 @@ def snapshot(session: Session, html: dict[str, str] | None = None) -> dict:
         "stateLabel": session.get_state_display(),
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
-        "html": html if html is not None else fragments.of(session),
+        "html": stored.html if stored else fragments.of(session),
     }
 
 
@@ -61,14 +61,14 @@ def session_changed(session: Session, *, team_id: int | None) -> None:
     """Call at the end of the transaction that changed the session: its fragments are
     rendered and stored with the change, and the hint is sent after commit."""
     try:
-        html = fragments.store(session)
+        stored = fragments.store(session)
     except Exception:  # noqa: BLE001 - a broken fragment must not fail a push; pages re-render
         log.exception("could not render the fragments of session %s", session.pk)
         return
 
     def send() -> None:
         try:
-            message = snapshot(session, html)
+            message = snapshot(session, stored)
         except Exception:  # noqa: BLE001 - a broken hint must not fail a committed push
             log.exception("could not build the live message for session %s", session.pk)
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -49,7 +50,13 @@ def render(session: Session, card: Card | None) -> dict[str, str]:
     return html
 
 
-def store(session: Session) -> dict[str, str]:
+@dataclass(frozen=True)
+class Stored:
+    card: Card | None
+    html: dict[str, str]
+
+
+def store(session: Session) -> Stored:
     """Render and keep the session's fragments; call it in the transaction that changed the
     session, so they commit (or roll back) with the change."""
     card = Card.objects.filter(session=session).first()
@@ -59,7 +66,7 @@ def store(session: Session) -> dict[str, str]:
     # holds the session's row lock, so no one else inserts meanwhile.
     if not SessionView.objects.filter(session=session).update(**fields):
         SessionView.objects.create(session=session, **fields)
-    return html
+    return Stored(card, html)
 
 
 def of(session: Session) -> dict[str, str]:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from tasks import answers, board, broadcast, fragments
 from tasks.api import api_login_required
-from tasks.models import TERMINAL_STATES, Agent, Artifact, Card, Interaction, Session, TaskState
+from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -155,8 +155,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 def session_activity(request: HttpRequest, session_id: int) -> HttpResponse:
     """The session page's activity, refetched when a live message says the session changed."""
     session = _visible_session(request, session_id)
-    card = Card.objects.filter(session=session).first()
-    context = {"session": session, "card": card, **_activity(session)}
+    context = {"session": session, "card": getattr(session, "card", None), **_activity(session)}
     return render(request, "tasks/_activity.html", context)
 
 
