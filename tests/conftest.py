@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 from channels.layers import channel_layers
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from standardwebhooks import Webhook
 
 from tasks.agents import new_endpoint, new_signing_secret
@@ -75,6 +75,21 @@ def alice(ops) -> User:
     """On the ops team."""
     user = User.objects.create_user("alice")
     user.groups.add(ops)
+    return user
+
+
+@pytest.fixture
+def approvers(db) -> Group:
+    """A group that may answer what agents wait for (membership of a team still decides
+    which agents)."""
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
+    return group
+
+
+def member(name: str, *groups: Group) -> User:
+    user = User.objects.create_user(name)
+    user.groups.add(*groups)
     return user
 
 

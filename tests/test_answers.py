@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from tasks import a2a_client, profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
-from tests.conftest import make_agent, push
-from tests.peers.misbehaving_agent import MisbehavingAgent
+from tests.conftest import make_agent, member, push
+from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 from tests.test_a2a_peer import (  # noqa: F401 - fixtures
     add_agent,
     onlooker,
@@ -27,21 +27,10 @@ from tests.test_a2a_peer import (  # noqa: F401 - fixtures
     wait_for_state,
 )
 
-ACCEPTED = {"jsonrpc": "2.0", "result": {"task": {"id": "task-1", "contextId": "ctx-1"}}}
-
-
-@pytest.fixture
-def approvers(ops) -> Group:
-    group = Group.objects.create(name="approvers")
-    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
-    return group
-
 
 def person(name: str, *groups: Group) -> Client:
-    user = User.objects.create_user(name)
-    user.groups.add(*groups)
     client = Client()
-    client.force_login(user)
+    client.force_login(member(name, *groups))
     return client
 
 
@@ -76,11 +65,7 @@ def answer(client: Client, interaction: Interaction, **form) -> tuple[int, dict]
 
 
 def sent_messages(stub: MisbehavingAgent) -> list[dict]:
-    return [
-        r.json()["params"]["message"]
-        for r in stub.requests
-        if r.method == "POST" and r.json().get("method") == "SendMessage"
-    ]
+    return [params["message"] for params in stub.calls("SendMessage")]
 
 
 # -- against a real a2a-sdk agent -----------------------------------------------------------

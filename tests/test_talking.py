@@ -4,13 +4,13 @@ points at Onlooker) and the cancel button (CancelTask), through the real views."
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group
 from django.test import Client
 
 from tasks import profile
 from tasks.models import PushEndpoint, Session, Task
 from tests.builders import status
-from tests.conftest import make_agent, push
+from tests.conftest import make_agent, member, push
 from tests.peers.misbehaving_agent import MisbehavingAgent
 from tests.test_a2a_peer import (  # noqa: F401 - fixtures
     add_agent,
@@ -21,18 +21,9 @@ from tests.test_a2a_peer import (  # noqa: F401 - fixtures
 )
 
 
-@pytest.fixture
-def approvers(ops) -> Group:
-    group = Group.objects.create(name="approvers")
-    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
-    return group
-
-
 def person(name: str, *groups: Group) -> Client:
-    user = User.objects.create_user(name)
-    user.groups.add(*groups)
     client = Client()
-    client.force_login(user)
+    client.force_login(member(name, *groups))
     return client
 
 
@@ -59,10 +50,6 @@ def stub_session(ops):
         registered.agent.save()
         assert push(Client(), registered, status("WORKING", at=1)).status_code == 200
         yield stub, Session.objects.get()
-
-
-def sent(stub: MisbehavingAgent, method: str) -> list[dict]:
-    return [r.json()["params"] for r in stub.requests if r.json().get("method") == method]
 
 
 # -- with a real a2a-sdk agent --------------------------------------------------------------
@@ -116,7 +103,7 @@ def test_a_message_carries_a_push_config_pointing_at_onlooker(stub_session, ops,
         alice, f"/sessions/{session.pk}/messages/", text="Go on", message_id="0123456789ab"
     )
     assert (code, data["state"]) == (200, "queued")  # task-1 is still working
-    [params] = sent(stub, "SendMessage")
+    [params] = stub.calls("SendMessage")
     message, config = params["message"], params["configuration"]["taskPushNotificationConfig"]
     assert (message["contextId"], message["parts"]) == ("ctx-1", [{"text": "Go on"}])
     assert "taskId" not in message
@@ -132,7 +119,7 @@ def test_a_repeated_submit_is_the_same_message_at_the_agent(stub_session, ops, a
     alice = person("alice", ops, approvers)
     for _ in range(2):
         post(alice, f"/sessions/{session.pk}/messages/", text="Go", message_id="same-id-123")
-    ids = {p["message"]["messageId"] for p in sent(stub, "SendMessage")}
+    ids = {p["message"]["messageId"] for p in stub.calls("SendMessage")}
     assert ids == {"onlooker-message-same-id-123"}
 
 
@@ -161,7 +148,7 @@ def test_a_bad_message_is_refused_and_sends_nothing(stub_session, ops, approvers
     stub, session = stub_session
     code, data = post(person("alice", ops, approvers), f"/sessions/{session.pk}/messages/", **form)
     assert code == 400 and words in data["detail"]
-    assert sent(stub, "SendMessage") == []
+    assert stub.calls("SendMessage") == []
 
 
 def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_session, ops, approvers):
@@ -172,7 +159,7 @@ def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_sessio
     assert code == 502 and "cannot cancel this task" in data["detail"]
     code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="someone-elses")
     assert code == 400 and "names no task of this session" in data["detail"]
-    assert [p["id"] for p in sent(stub, "CancelTask")] == ["task-1"]
+    assert [p["id"] for p in stub.calls("CancelTask")] == ["task-1"]
 
 
 def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, approvers):
@@ -201,7 +188,7 @@ def test_new_session_starts_a_conversation_and_opens_its_page(stub_session, ops,
     )
     opened = Session.objects.get(context_id="ctx-new")
     assert response.status_code == 302 and response["Location"] == f"/sessions/{opened.pk}/"
-    [params] = sent(stub, "SendMessage")
+    [params] = stub.calls("SendMessage")
     assert "contextId" not in params["message"] and "taskPushNotificationConfig" in str(params)
     viewer = person("viewer", ops)
     assert "New session" not in viewer.get("/").content.decode()

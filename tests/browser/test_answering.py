@@ -4,19 +4,17 @@ and an agent on loopback that counts what it receives."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from playwright.sync_api import Browser, Page, expect
 
 from tasks import profile
 from tasks.models import Interaction
 from tests.builders import approval, status
-from tests.conftest import make_agent
+from tests.conftest import make_agent, member
 from tests.live_server import LiveServer, push_http, session_cookie
-from tests.peers.misbehaving_agent import MisbehavingAgent
+from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ACCEPTED = {"jsonrpc": "2.0", "result": {"task": {"id": "task-1", "contextId": "ctx-1"}}}
 
 
 @pytest.fixture
@@ -24,19 +22,6 @@ def agent_stub():
     with MisbehavingAgent() as stub:
         stub.answer(ACCEPTED, delay=0.2)
         yield stub
-
-
-@pytest.fixture
-def approvers(ops) -> Group:
-    group = Group.objects.create(name="approvers")
-    group.permissions.add(Permission.objects.get(codename="answer_interaction"))
-    return group
-
-
-def approver(name: str, ops: Group, approvers: Group) -> User:
-    user = User.objects.create_user(name)
-    user.groups.add(ops, approvers)
-    return user
 
 
 def waiting_session(server: LiveServer, stub: MisbehavingAgent, ops: Group) -> int:
@@ -50,11 +35,7 @@ def waiting_session(server: LiveServer, stub: MisbehavingAgent, ops: Group) -> i
 
 
 def sent_messages(stub: MisbehavingAgent) -> list[dict]:
-    return [
-        r.json()["params"]["message"]
-        for r in stub.requests
-        if r.method == "POST" and r.json().get("method") == "SendMessage"
-    ]
+    return [params["message"] for params in stub.calls("SendMessage")]
 
 
 def open_as(browser: Browser, user: User, server: LiveServer, path: str) -> Page:
@@ -72,8 +53,8 @@ def test_two_approvers_clicking_at_once_send_one_answer_and_both_see_who_answere
 ):
     session = waiting_session(server, agent_stub, ops)
     path = f"/sessions/{session}/"
-    alice = open_as(browser, approver("alice", ops, approvers), server, path)
-    bob = open_as(browser, approver("bob", ops, approvers), server, path)
+    alice = open_as(browser, member("alice", ops, approvers), server, path)
+    bob = open_as(browser, member("bob", ops, approvers), server, path)
     try:
         # Both press at the same moment: the slow agent keeps the first claim open meanwhile.
         alice.locator('button[value="approve"]').click(no_wait_after=True)
@@ -98,7 +79,7 @@ def test_two_approvers_clicking_at_once_send_one_answer_and_both_see_who_answere
 
 def test_an_approver_answers_with_the_keyboard_only(browser, server, agent_stub, ops, approvers):
     session = waiting_session(server, agent_stub, ops)
-    page = open_as(browser, approver("alice", ops, approvers), server, f"/sessions/{session}/")
+    page = open_as(browser, member("alice", ops, approvers), server, f"/sessions/{session}/")
     try:
         page.locator("[data-interaction]").focus()
         page.keyboard.press("x")  # a stray key does nothing
@@ -118,7 +99,7 @@ def test_a_failed_answer_is_shown_to_the_person_and_the_buttons_stay(
 ):
     session = waiting_session(server, agent_stub, ops)
     agent_stub.answer(b"<h1>Bad gateway</h1>", status=502, content_type="text/html")
-    page = open_as(browser, approver("alice", ops, approvers), server, f"/sessions/{session}/")
+    page = open_as(browser, member("alice", ops, approvers), server, f"/sessions/{session}/")
     try:
         page.locator('button[value="approve"]').click()
         expect(page.locator("[data-answer-error]")).to_contain_text("HTTP 502")
@@ -139,7 +120,7 @@ def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_sends(
     body = status("INPUT_REQUIRED", at=1, metadata=question)
     assert push_http(server, registered, body).status_code == 200
     session = Interaction.objects.get().task.session_id
-    page = open_as(browser, approver("alice", ops, approvers), server, f"/sessions/{session}/")
+    page = open_as(browser, member("alice", ops, approvers), server, f"/sessions/{session}/")
     try:
         draft = page.locator("[data-interaction] textarea")
         draft.fill("eu-west, because the data")
@@ -164,8 +145,8 @@ def test_an_answer_from_the_monitoring_screen_takes_the_buttons_from_everyone(
     browser, server, agent_stub, ops, approvers
 ):
     waiting_session(server, agent_stub, ops)
-    alice = open_as(browser, approver("alice", ops, approvers), server, "/")
-    bob = open_as(browser, approver("bob", ops, approvers), server, "/")
+    alice = open_as(browser, member("alice", ops, approvers), server, "/")
+    bob = open_as(browser, member("bob", ops, approvers), server, "/")
     try:
         expect(bob.locator("[data-waiting]")).to_contain_text("Ship v2 to production?")
         alice.locator('[data-waiting] button[value="approve"]').click()

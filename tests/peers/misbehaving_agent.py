@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 RPC_PATH = "/a2a/jsonrpc"
+# A SendMessage answer: the task the message went to.
+ACCEPTED = {"jsonrpc": "2.0", "result": {"task": {"id": "task-1", "contextId": "ctx-1"}}}
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ class MisbehavingAgent:
 
     def rpc_result(self, result: object) -> None:
         self.answer({"jsonrpc": "2.0", "result": result})
+
+    def calls(self, method: str) -> list[dict]:
+        """The params of every JSON-RPC call of `method` received so far."""
+        return [
+            r.json()["params"]
+            for r in self.requests
+            if r.method == "POST" and r.json().get("method") == method
+        ]
 
     def close(self) -> None:
         self._closing.set()  # releases handlers still sleeping on a slow answer
