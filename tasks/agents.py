@@ -138,6 +138,16 @@ def new_endpoint(agent: Agent) -> tuple[PushEndpoint, str, str]:
     return endpoint, token, bearer
 
 
+def new_push_config(agent: Agent) -> tuple[PushEndpoint, a2a_client.PushConfig]:
+    """A fresh endpoint and the push config naming it, for a message that starts work: the
+    agent pushes that task's updates there."""
+    endpoint, token, bearer = new_endpoint(agent)
+    push = a2a_client.PushConfig(
+        url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
+    )
+    return endpoint, push
+
+
 def rotate_signing_secret(agent: Agent) -> str:
     """Start a rotation: the new secret signs from now on, the old one stays valid until
     `retire_previous_signing_secret`, so pushes in flight keep verifying."""

@@ -259,59 +259,51 @@ def parse_message(form: dict[str, Any]) -> tuple[str, str]:
 
 def send_message(user, session_pk: int, text: str, message_id: str) -> Sent:
     """A message from a person in the session's conversation: a new task (or, when the
-    agent is busy, a queued one), with a push config so its updates reach Onlooker."""
+    agent is busy, a queued one)."""
     session = _visible_session(user, session_pk)
-    endpoint, token, bearer = agents.new_endpoint(session.agent)
-    push = a2a_client.PushConfig(
-        url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
-    )
-    busy = session.tasks.exclude(state__in=TERMINAL_STATES).values_list("task_id", flat=True)
-    busy = set(busy)
-    try:
-        result = a2a_client.send_message(
-            session.agent,
-            text,
-            message_id=f"onlooker-message-{message_id}",
-            context_id=session.context_id,
-            push=push,
-        )
-    except a2a_client.A2AError as error:
-        endpoint.delete()  # the agent never heard of this push config
-        raise AgentFailed(f"The agent did not take the message: {error}.") from None
-    task = result.get("task") if isinstance(result, dict) else None
-    if not isinstance(task, dict):
+    busy = set(session.tasks.exclude(state__in=TERMINAL_STATES).values_list("task_id", flat=True))
+    task = _start_work(session.agent, text, message_id, context_id=session.context_id)
+    if task is None:
         return Sent(task_id="", queued=False)  # answered with a message, no task
-    _apply_answer(session.agent, task)
     return Sent(task_id=str(task.get("id", "")), queued=bool(busy - {task.get("id")}))
 
 
 def start_session(user, agent_pk: int, text: str, message_id: str) -> Session:
-    """A new conversation with an agent: a message without a context (the agent makes one),
-    with a push config so its updates reach Onlooker. Returns the session it opened."""
+    """A new conversation with an agent: a message without a context (the agent makes one).
+    Returns the session it opened."""
     agent = Agent.objects.visible_to(user).filter(pk=agent_pk).first()
     if agent is None:
         raise NotFound("No such agent, or not one you may use.")
     if not may_answer(user):
         raise NotAllowed("You may follow these agents, but not start work with them.")
-    endpoint, token, bearer = agents.new_endpoint(agent)
-    push = a2a_client.PushConfig(
-        url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
-    )
-    try:
-        result = a2a_client.send_message(
-            agent, text, message_id=f"onlooker-message-{message_id}", push=push
-        )
-    except a2a_client.A2AError as error:
-        endpoint.delete()
-        raise AgentFailed(f"The agent did not take the message: {error}.") from None
-    task = result.get("task") if isinstance(result, dict) else None
-    if not isinstance(task, dict) or not isinstance(task.get("contextId"), str):
+    task = _start_work(agent, text, message_id)
+    if task is None or not isinstance(task.get("contextId"), str):
         raise AgentFailed("The agent answered without starting a task; nothing to follow.")
-    _apply_answer(agent, task)
     session = Session.objects.filter(agent=agent, context_id=task["contextId"]).first()
     if session is None:
         raise AgentFailed("The agent answered with a task Onlooker cannot read.")
     return session
+
+
+def _start_work(
+    agent: Agent, text: str, message_id: str, *, context_id: str | None = None
+) -> dict | None:
+    """Send a person's message with a fresh push config, so the work it starts reports to
+    Onlooker; returns the task the agent answered with (already applied), if any."""
+    endpoint, push = agents.new_push_config(agent)
+    try:
+        result = a2a_client.send_message(
+            agent, text, message_id=f"onlooker-message-{message_id}", context_id=context_id,
+            push=push,
+        )  # fmt: skip
+    except a2a_client.A2AError as error:
+        endpoint.delete()  # the agent never heard of this push config
+        raise AgentFailed(f"The agent did not take the message: {error}.") from None
+    task = result.get("task") if isinstance(result, dict) else None
+    if not isinstance(task, dict):
+        return None
+    _apply_answer(agent, task)
+    return task
 
 
 def cancel(user, session_pk: int, task_id: str) -> str:

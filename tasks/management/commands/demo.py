@@ -105,10 +105,7 @@ class Command(BaseCommand):
     def _start_sessions(self, agent: Agent, count: int) -> int:
         started = 0
         for text in FIRST_MESSAGES[:count]:
-            endpoint, token, bearer = agents.new_endpoint(agent)
-            push = a2a_client.PushConfig(
-                url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
-            )
+            _, push = agents.new_push_config(agent)
             try:
                 a2a_client.send_message(agent, text, push=push)
                 started += 1
