@@ -175,6 +175,8 @@ def _changing(interaction: Interaction) -> Iterator[None]:
     with transaction.atomic():
         session = Session.objects.select_for_update().get(pk=interaction.task.session_id)
         yield
+        session.derive_needs_human()
+        session.save(update_fields=["needs_human"])
         cards.from_session(session, cards.recent_tasks(session))
         broadcast.session_changed(session, team_id=interaction.task.session.agent.team_id)
 

@@ -59,16 +59,32 @@ def snapshot(session: Session, stored: fragments.Stored | None = None) -> dict:
 
 def session_changed(session: Session, *, team_id: int | None) -> None:
     """Call at the end of the transaction that changed the session: its fragments are
-    rendered and stored with the change, and the hint is sent after commit."""
+    rendered and stored with the change, and the hint is sent after commit.
+
+    Nothing here may undo the change it follows: the fragments are stored in a savepoint, so
+    a failure (a template error, a database error) rolls back only them. A database error
+    caught without one would leave the caller's transaction marked for rollback, and the
+    change it reports as done would be lost. Fragments that could not be stored are dropped,
+    so pages render afresh instead of showing what the session was before."""
     try:
-        stored = fragments.store(session)
-    except Exception:  # noqa: BLE001 - a broken fragment must not fail a push; pages re-render
-        log.exception("could not render the fragments of session %s", session.pk)
-        return
+        with transaction.atomic():
+            stored: fragments.Stored | None = fragments.store(session)
+    except Exception:  # noqa: BLE001 - only the fragments were rolled back; pages re-render
+        log.exception("could not store the fragments of session %s", session.pk)
+        stored = None
+        try:
+            with transaction.atomic():
+                fragments.forget(session)
+        except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
+            log.exception("could not drop the stale fragments of session %s", session.pk)
 
     def send() -> None:
         try:
-            message = snapshot(session, stored)
+            if stored is None:  # render what was committed, not what this object caches
+                shown = Session.objects.select_related("agent", "card", "view").get(pk=session.pk)
+                message = snapshot(shown)
+            else:
+                message = snapshot(session, stored)
         except Exception:  # noqa: BLE001 - a broken hint must not fail a committed push
             log.exception("could not build the live message for session %s", session.pk)
             return

@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
-from tasks.models import Card, Interaction, Session, Task
+from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
 
 MAX_MARKDOWN_BYTES = 8192
 MAX_STEP_BYTES = 512
@@ -391,27 +391,28 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
+    question = None
     if session.needs_human:
         question = (
             Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
             .order_by("-opened_at", "-id")
             .first()
         )
-        if question is not None:
-            facts["question"] = {"kind": question.kind, "prompt": strip_invisible(question.prompt)}
-        else:
-            # Answered in Onlooker, and the agent has not gone on yet: say who answered.
-            answered = (
-                Interaction.objects.filter(
-                    task__session=session,
-                    state__in=[Interaction.State.ANSWERING, Interaction.State.ANSWERED],
-                )
-                .select_related("answered_by")
-                .order_by("-answered_at", "-id")
-                .first()
+    if question is not None:
+        facts["question"] = {"kind": question.kind, "prompt": strip_invisible(question.prompt)}
+    elif session.state in INTERRUPTED_STATES:
+        # Answered in Onlooker, and the agent has not gone on yet: say who answered.
+        answered = (
+            Interaction.objects.filter(
+                task__session=session,
+                state__in=[Interaction.State.ANSWERING, Interaction.State.ANSWERED],
             )
-            if answered is not None:
-                facts["answer"] = {"kind": answered.kind, "text": answered.outcome}
+            .select_related("answered_by")
+            .order_by("-answered_at", "-id")
+            .first()
+        )
+        if answered is not None:
+            facts["answer"] = {"kind": answered.kind, "text": answered.outcome}
     newest = tasks[0] if tasks else None
     if newest is not None and newest.uncertain_effects:
         facts["uncertain"] = list(newest.uncertain_effects)

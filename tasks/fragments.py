@@ -69,6 +69,12 @@ def store(session: Session) -> Stored:
     return Stored(card, html)
 
 
+def forget(session: Session) -> None:
+    """Drop the session's stored fragments: until they are stored again, pages render them
+    when asked (`one`), so nothing shows what the session was before a change."""
+    SessionView.objects.filter(session=session).delete()
+
+
 def of(session: Session) -> dict[str, str]:
     """All of the session's fragments to show (see `one`)."""
     return {key: one(session, key) for key in PARTIALS}

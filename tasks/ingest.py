@@ -137,7 +137,6 @@ class _Applier:
     now: datetime
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
-    interactions_changed: bool = False
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -203,10 +202,7 @@ class _Applier:
         tasks = cards.recent_tasks(session)
         if tasks:
             session.state = tasks[0].state
-        if self.interactions_changed:
-            session.needs_human = Interaction.objects.filter(
-                task__session=session, state=Interaction.State.OPEN
-            ).exists()
+        session.derive_needs_human()
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
         cards.from_session(session, tasks)
@@ -343,7 +339,6 @@ class _Applier:
         )
         if not current:
             return
-        self.interactions_changed = True
         if not created and _asked_again(interaction):
             interaction.state = Interaction.State.OPEN
             interaction.save(update_fields=["state"])
@@ -351,12 +346,11 @@ class _Applier:
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
         if not self.session.needs_human:
-            return  # nothing is open anywhere in the session
+            return  # nothing is open anywhere in the session (the flag is derived, exact)
         still_open = task.interactions.filter(state=Interaction.State.OPEN)
         if keep is not None:
             still_open = still_open.exclude(pk=keep.pk)
-        if still_open.update(state=Interaction.State.CLOSED):
-            self.interactions_changed = True
+        still_open.update(state=Interaction.State.CLOSED)
 
     # -- transcript -----------------------------------------------------------------------
 

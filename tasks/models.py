@@ -144,6 +144,14 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title or self.context_id
 
+    def derive_needs_human(self) -> None:
+        """A session needs a person exactly while one of its interactions is open. Every
+        writer of interactions calls this (under the session's row lock) before saving the
+        session, so the flag the screens sort and count by never outlives the question."""
+        self.needs_human = Interaction.objects.filter(
+            task__session=self, state=Interaction.State.OPEN
+        ).exists()
+
 
 class Task(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tasks")

@@ -2,7 +2,8 @@
 
 Order of checks: known endpoint (404), size (413), credentials (401, before anything is
 parsed), content type (415), body (400). A refused request stores nothing but a count on the
-agent's `Refusal` row. An accepted one is committed before the 2xx goes out.
+agent's `Refusal` row. An accepted one is committed before the 2xx goes out; one that could not
+be committed is a 503 (Standard Webhooks senders retry a 5xx), never a 2xx.
 """
 
 from __future__ import annotations
@@ -70,7 +71,14 @@ def handle_push(
         count_refusal(endpoint.agent, refused.reason, refused.detail)
         return refused.status, refused.as_json()
     key = ingest.idempotency_key(headers.get("webhook-id"), body)
-    result = ingest.apply(endpoint, key, body, event)
+    try:
+        result = ingest.apply(endpoint, key, body, event)
+    except Exception:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
+        log.exception("push not stored: agent=%s key=%s", endpoint.agent_id, key[:40])
+        return 503, {
+            "error": "not stored",
+            "detail": "the delivery could not be stored and nothing of it was kept; send it again",
+        }
     outcome = "duplicate" if result.duplicate else result.delivery.outcome
     return 200, {"outcome": outcome, "delivery": result.delivery.pk}
 

@@ -1,0 +1,185 @@
+"""A 2xx means the delivery is committed: nothing that runs after the apply (rendering the
+fragments, storing them, hinting browsers) can undo it, and a delivery that cannot be committed
+is a 5xx the agent retries, never a 2xx.
+
+Failures are real: a database trigger refuses writes to a table (on SQLite and PostgreSQL
+alike), a template that cannot render, a channel layer on a closed port. These tests commit
+for real (`transaction=True`), so a rolled-back push cannot hide inside the test's own
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from tasks import profile
+from tasks.models import Delivery, Session, SessionView, Task
+from tests.builders import status
+from tests.conftest import make_agent, push
+from tests.processes import free_port
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Refusing:
+    """Makes the database refuse some statements on one table, with a real trigger."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, str]] = []
+
+    def refuse(self, table: str, *operations: str) -> None:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    "CREATE OR REPLACE FUNCTION onlooker_test_refuse() RETURNS trigger AS "
+                    "$$ BEGIN RAISE EXCEPTION 'refused by a test trigger'; END $$ "
+                    "LANGUAGE plpgsql"
+                )
+            for operation in operations:
+                name = f"refuse_{operation.lower()}_{table}"
+                if connection.vendor == "postgresql":
+                    cursor.execute(
+                        f"CREATE TRIGGER {name} BEFORE {operation} ON {table} "
+                        "FOR EACH ROW EXECUTE FUNCTION onlooker_test_refuse()"
+                    )
+                else:
+                    cursor.execute(
+                        f"CREATE TRIGGER {name} BEFORE {operation} ON {table} "
+                        "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+                    )
+                self.made.append((name, table))
+
+    def allow_all(self) -> None:
+        with connection.cursor() as cursor:
+            for name, table in self.made:
+                if connection.vendor == "postgresql":
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+                else:
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+            if connection.vendor == "postgresql":
+                cursor.execute("DROP FUNCTION IF EXISTS onlooker_test_refuse()")
+        self.made.clear()
+
+
+@pytest.fixture
+def database() -> Iterator[Refusing]:
+    refusing = Refusing()
+    yield refusing
+    refusing.allow_all()
+
+
+def completed(trace_id: str = "tr-1") -> dict:
+    body = status("COMPLETED", at=5, text="All done")
+    body["statusUpdate"]["metadata"] = {profile.TELEMETRY: {"costUsd": 0.25, "traceId": trace_id}}
+    return body
+
+
+def kept(task_id: str = "task-1") -> bool:
+    return (
+        Delivery.objects.filter(task_id=task_id).exists()
+        and Task.objects.filter(task_id=task_id).exists()
+        and Session.objects.filter(context_id="ctx-1").exists()
+    )
+
+
+def test_a_lone_surrogate_in_the_trace_id_never_turns_a_lost_push_into_a_2xx():
+    registered = make_agent(signing=True)
+    raw = (
+        b'{"statusUpdate": {"taskId": "task-1", "contextId": "ctx-1", "status": '
+        b'{"state": "TASK_STATE_COMPLETED", "timestamp": "2026-11-30T12:00:05Z"}, '
+        b'"metadata": {"' + profile.TELEMETRY.encode() + b'": {"traceId": "tr\\ud800"}}}}'
+    )
+    first = push(Client(), registered, raw, msg_id="msg_surrogate")
+    # Kept (the surrogate replaced) or refused naming it: never a 2xx for a lost push.
+    assert first.status_code in (200, 400), first.content
+    if first.status_code == 200:
+        assert kept(), "answered 200 but the delivery, task or session is gone"
+        again = push(Client(), registered, raw, msg_id="msg_surrogate")
+        assert again.status_code == 200
+        assert again.json()["outcome"] == "duplicate"
+    else:
+        assert Delivery.objects.count() == 0
+
+
+def test_fragments_the_database_refuses_to_store_do_not_undo_the_push(database):
+    registered = make_agent(signing=True)
+    assert push(Client(), registered, status("WORKING", at=1, text="Starting")).status_code == 200
+    assert SessionView.objects.count() == 1
+    database.refuse("tasks_sessionview", "UPDATE", "INSERT")
+
+    response = push(Client(), registered, completed(), msg_id="msg_done")
+
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "applied"
+    assert kept()
+    assert Task.objects.get().state == "TASK_STATE_COMPLETED"
+    # The stale fragments were dropped, so nothing shows the session as it was before.
+    assert not SessionView.objects.exists()
+    again = push(Client(), registered, completed(), msg_id="msg_done")
+    assert again.json()["outcome"] == "duplicate"
+
+
+def test_fragments_that_can_be_neither_stored_nor_dropped_still_let_the_push_commit(database):
+    registered = make_agent(signing=True)
+    assert push(Client(), registered, status("WORKING", at=1)).status_code == 200
+    database.refuse("tasks_sessionview", "UPDATE", "INSERT", "DELETE")
+
+    response = push(Client(), registered, completed())
+
+    assert response.status_code == 200
+    assert kept()
+    assert Task.objects.get().state == "TASK_STATE_COMPLETED"
+
+
+def test_a_template_that_cannot_render_does_not_undo_the_push(settings, tmp_path: Path):
+    broken = tmp_path / "tasks"
+    broken.mkdir()
+    (broken / "_tile.html").write_text("{% url 'no-such-route' %}")
+    settings.TEMPLATES = [
+        {**settings.TEMPLATES[0], "DIRS": [tmp_path, *settings.TEMPLATES[0]["DIRS"]]}
+    ]
+    registered = make_agent(signing=True)
+
+    response = push(Client(), registered, completed())
+
+    assert response.status_code == 200
+    assert kept()
+
+
+def test_a_channel_layer_that_is_down_does_not_undo_the_push(settings, fresh_channel_layers):
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
+        }
+    }
+    registered = make_agent(signing=True)
+
+    response = push(Client(), registered, completed())
+
+    assert response.status_code == 200
+    assert kept()
+
+
+def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(database):
+    registered = make_agent(signing=True)
+    database.refuse("tasks_delivery", "INSERT")
+
+    refused = push(Client(), registered, completed(), msg_id="msg_retry")
+
+    assert refused.status_code == 503
+    assert refused.json()["error"] == "not stored"
+    assert not Delivery.objects.exists()
+    assert not Task.objects.exists()
+    assert not Session.objects.exists()
+
+    database.allow_all()
+    retried = push(Client(), registered, completed(), msg_id="msg_retry")
+    assert retried.status_code == 200
+    assert retried.json()["outcome"] == "applied"
+    assert kept()

@@ -1,0 +1,91 @@
+"""The "needs you" flag is true exactly while a question is open: answering clears it, the agent's next
+status keeps it clear, and asking again sets it again. The screens sort and count by it."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tasks import profile
+from tasks.models import Interaction, Session
+from tests.builders import approval, status
+from tests.conftest import RegisteredAgent, make_agent, push
+from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
+from tests.test_answers import answer, person
+
+
+@pytest.fixture
+def agent_stub():
+    with MisbehavingAgent() as stub:
+        stub.answer(ACCEPTED)
+        yield stub
+
+
+@pytest.fixture
+def waiting(agent_stub, ops) -> tuple[RegisteredAgent, Interaction]:
+    """An ops agent (its JSON-RPC URL the stub's) waiting for an approval."""
+    registered = make_agent(team=ops)
+    registered.agent.rpc_url = agent_stub.rpc_url
+    registered.agent.extensions = list(profile.EXTENSIONS)
+    registered.agent.save()
+    body = status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?"))
+    assert push(Client(), registered, body).status_code == 200
+    return registered, Interaction.objects.get()
+
+
+def board(client: Client) -> dict:
+    return client.get("/live/board/").json()
+
+
+def test_answering_clears_needs_you(waiting, ops, approvers):
+    _, interaction = waiting
+    alice = person("alice", ops, approvers)
+    assert Session.objects.get().needs_human
+    assert board(alice)["counts"]["waiting"] == 1
+    assert "needs you" in board(alice)["sidebar"]
+
+    assert answer(alice, interaction, decision="approve")[0] == 200
+
+    assert not Session.objects.get().needs_human
+    assert board(alice)["counts"]["waiting"] == 0
+    assert "needs you" not in board(alice)["sidebar"]
+
+
+def test_a_session_that_completes_after_an_answer_is_not_waiting(waiting, ops, approvers):
+    registered, interaction = waiting
+    alice = person("alice", ops, approvers)
+    assert answer(alice, interaction, decision="approve")[0] == 200
+
+    assert push(Client(), registered, status("COMPLETED", at=9, text="Shipped")).status_code == 200
+
+    session = Session.objects.get()
+    assert session.state == "TASK_STATE_COMPLETED"
+    assert not session.needs_human
+    assert board(alice)["counts"]["waiting"] == 0
+    assert "needs you" not in board(alice)["sidebar"]
+
+
+def test_asking_again_after_an_answer_needs_you_again(waiting, ops, approvers):
+    registered, interaction = waiting
+    alice = person("alice", ops, approvers)
+    assert answer(alice, interaction, decision="deny")[0] == 200
+
+    again = status("AUTH_REQUIRED", at=20, metadata=approval("i-2", "Ship v3?"))
+    assert push(Client(), registered, again).status_code == 200
+
+    assert Session.objects.get().needs_human
+    assert board(alice)["counts"]["waiting"] == 1
+
+
+def test_an_answered_question_still_shows_who_answered_until_the_agent_goes_on(
+    waiting, ops, approvers
+):
+    registered, interaction = waiting
+    alice = person("alice", ops, approvers)
+    assert answer(alice, interaction, decision="approve")[0] == 200
+    card = alice.get(f"/sessions/{Session.objects.get().pk}/card/").json()
+    assert "Approved by alice" in card["html"]["card"]
+
+    assert push(Client(), registered, status("COMPLETED", at=9, text="Shipped")).status_code == 200
+    card = alice.get(f"/sessions/{Session.objects.get().pk}/card/").json()
+    assert "Approved by alice" not in card["html"]["card"]
