@@ -1,6 +1,6 @@
 """ASGI entry point: pushes answered by `PushReceiver`, static files served by the app itself
 (one process to run, nothing to collect), other HTTP through Django, and the live socket at
-/ws/live/ behind session authentication and an origin check."""
+/ws/live/ behind session authentication and an exact origin check (tasks/origins.py)."""
 
 import os
 
@@ -12,17 +12,17 @@ django_application = get_asgi_application()
 # These need Django set up first.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from tasks.consumers import LiveConsumer  # noqa: E402
+from tasks.origins import ExactOriginValidator  # noqa: E402
 from tasks.webhooks import PushReceiver  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": PushReceiver(ASGIStaticFilesHandler(django_application)),
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": ExactOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),
     }

@@ -34,7 +34,8 @@ def cookie_for(user: User) -> tuple[bytes, bytes]:
 
 
 def socket(*headers, path: str = "/ws/live/") -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, path, headers=[(b"host", b"127.0.0.1"), *headers])
+    host = (b"host", b"127.0.0.1:8000")
+    return WebsocketCommunicator(application, path, headers=[host, *headers])
 
 
 def run(scenario):

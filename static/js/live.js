@@ -15,6 +15,7 @@ const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 30_000;
 const PING_EVERY_MS = 25_000; // a wall screen must notice a half-open socket on its own
 const PONG_WITHIN_MS = 10_000;
+const ACCESS_CHANGED_CALM_MS = 5_000;
 const SIDEBAR_LIMIT = 100;
 
 const status = document.querySelector("[data-live-status]");
@@ -336,6 +337,7 @@ let attempt = 0;
 let retryTimer = null;
 let pingTimer = null;
 let pongTimer = null;
+let accessChangedAt = 0;
 
 function socketUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -375,6 +377,19 @@ function connect() {
     setStatus("reconnecting");
     if (event.code === 4401) {
       location.reload(); // the login expired: let the server send the person to log in
+      return;
+    }
+    if (event.code === 4403 && sessionId) {
+      location.reload(); // this session may be out of reach now: the server says which
+      return;
+    }
+    if (event.code === 4403 && Date.now() - accessChangedAt > ACCESS_CHANGED_CALM_MS) {
+      // What this person may see changed: join what they may see now, at once (the refetch
+      // on open drops what they no longer may see). A second change soon after waits like
+      // any other retry, so nothing can loop.
+      accessChangedAt = Date.now();
+      attempt = 0;
+      connect();
       return;
     }
     retry();

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
     "cards": "tests.benchmarks.cards",
     "live": "tests.benchmarks.live",
+    "socket_access": "tests.benchmarks.socket_access",
 }
 
 
