@@ -1,14 +1,16 @@
 """Onlooker's settings: everything comes from the environment, and a bad value stops the start.
 
 Embedded default (nothing set): SQLite in the data directory (WAL), the in-memory channel
-layer, DEBUG on, a generated secret key kept in the data directory. Production: set
-DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and ONLOOKER_PUBLIC_URL.
+layer, a generated secret key kept in the data directory. DEBUG is off unless DEBUG=1.
+Production: set DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and ONLOOKER_PUBLIC_URL
+(and EMAIL_HOST to offer password reset).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -65,19 +67,20 @@ DATA_DIR = Path(os.environ.get("ONLOOKER_DATA_DIR", "").strip() or BASE_DIR / "d
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 
-# The embedded default is for one machine, so it starts in DEBUG; anything with its own
-# database is treated as a deployment unless DEBUG says otherwise.
-DEBUG = env_bool("DEBUG", default=not DATABASE_URL)
+# Off unless asked for: a DEBUG page lists every URL pattern and settings to anyone.
+DEBUG = env_bool("DEBUG", default=False)
 
 
 def _secret_key() -> str:
     key = os.environ.get("SECRET_KEY", "").strip()
     if key:
         return key
-    if not DEBUG:
+    if DATABASE_URL:
+        # A deployment may run several processes or machines: they must share one key, so
+        # it is configured, never invented per data directory.
         raise ImproperlyConfigured(
-            "SECRET_KEY is not set and DEBUG is off. Set SECRET_KEY to a long random value "
-            '(python -c "import secrets; print(secrets.token_urlsafe(50))").'
+            "SECRET_KEY is not set, and a deployment with DATABASE_URL must set it to a long "
+            'random value (python -c "import secrets; print(secrets.token_urlsafe(50))").'
         )
     key_file = DATA_DIR / "secret_key"
     if key_file.exists():
@@ -114,6 +117,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "tasks",
 ]
 
@@ -126,6 +130,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a refused login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -148,24 +154,29 @@ TEMPLATES = [
 ]
 
 
+def sqlite_database(config: dict) -> dict:
+    """The settings every SQLite database runs with, the embedded default's or a
+    `sqlite://` DATABASE_URL's; options given in the URL's query string win."""
+    options = config.setdefault("OPTIONS", {})
+    # WAL lets pages read while a push is being written; IMMEDIATE takes the write lock at
+    # BEGIN so two writers queue (up to `timeout` seconds) instead of failing mid-transaction
+    # with "database is locked".
+    options.setdefault("init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
+    options.setdefault("transaction_mode", "IMMEDIATE")
+    options.setdefault("timeout", 20)
+    # One process, and its sync code runs on one thread under ASGI: keeping that connection
+    # saves a reconnect and a WAL checkpoint (with fsyncs) per request.
+    config["CONN_MAX_AGE"] = None
+    config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
 def _database() -> dict:
     if not DATABASE_URL:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "onlooker.sqlite3",
-            # One process, and its sync code runs on one thread under ASGI: keeping that
-            # connection saves a reconnect and a WAL checkpoint (with fsyncs) per request.
-            "CONN_MAX_AGE": None,
-            "CONN_HEALTH_CHECKS": True,
-            "OPTIONS": {
-                # WAL lets pages read while a push is being written; IMMEDIATE takes the write
-                # lock at BEGIN so two writers queue instead of failing mid-transaction.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-            },
-        }
+        return sqlite_database(
+            {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "onlooker.sqlite3"}
+        )
     try:
         config = dj_database_url.parse(DATABASE_URL)
     except ValueError as error:
@@ -175,11 +186,12 @@ def _database() -> dict:
         "django.db.backends.sqlite3",
     ):
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        return sqlite_database(config)
     # Persistent connections leak under ASGI (each request may run on another thread), so
     # PostgreSQL connections come from a pool: close() hands them back instead of hanging up.
     config["CONN_MAX_AGE"] = 0
-    if config["ENGINE"] == "django.db.backends.postgresql":
-        config.setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 20, "timeout": 10}
+    config.setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 20, "timeout": 10}
     return config
 
 
@@ -208,6 +220,44 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Login throttling (django-axes): after 5 failed logins for one username, every login for it
+# (the right password too, and the admin's) is refused for 15 minutes. By username only, so
+# guessing from many addresses does not help; the price is that anyone can lock a username
+# out for 15 minutes, which an administrator can lift (`manage.py axes_reset_username`).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username"]
+AXES_RESET_ON_SUCCESS = True
+# Every refused attempt restarts the 15 minutes, so the lockout page's "try again in 15
+# minutes" is always true, and guessing on during a lockout only prolongs it.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
+# 429: the attempt is refused for its rate, not for who is asking (403); clients and proxies
+# know 429 as "slow down".
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# No row per successful login: nothing here reads them, and they would grow forever.
+AXES_DISABLE_ACCESS_LOG = True
+# axes warns when the lockout is not by address. Deliberate: behind a proxy every client has
+# the proxy's address, so an address lockout would lock everyone out; rotating user agents or
+# cookies cannot get round a lockout by username.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+
+# Email, needed only for password reset: without EMAIL_HOST the reset pages are not routed
+# (dashboard/urls.py), so no anonymous request makes Onlooker try to send mail.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip()
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "").strip()
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "").strip() or "webmaster@localhost"
+# A mail server that does not answer must not hold a request (and its worker) forever.
+EMAIL_TIMEOUT = 10
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -233,7 +283,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"tasks": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "tasks": {"handlers": ["console"], "level": "INFO"},
+        # Django prints server errors to the console only in DEBUG: with DEBUG off, a 500's
+        # traceback would otherwise go nowhere (ADMINS is empty).
+        "django": {"handlers": ["console"], "level": "INFO"},
+    },
 }
 
 # Pushes have their own limit (checked in the receiver); Django's must not refuse them first.

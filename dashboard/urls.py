@@ -1,8 +1,54 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, include, path
+
+
+def account_urls() -> list[URLPattern]:
+    """Logging in and out, changing one's password, and, only when email is configured,
+    resetting a forgotten one: without a mail server a reset request could only fail."""
+    urls = [
+        path("login/", auth_views.LoginView.as_view(), name="login"),
+        path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+        path(
+            "password_change/",
+            auth_views.PasswordChangeView.as_view(),
+            name="password_change",
+        ),
+        path(
+            "password_change/done/",
+            auth_views.PasswordChangeDoneView.as_view(),
+            name="password_change_done",
+        ),
+    ]
+    if settings.EMAIL_HOST:
+        urls += [
+            path(
+                "password_reset/",
+                auth_views.PasswordResetView.as_view(),
+                name="password_reset",
+            ),
+            path(
+                "password_reset/done/",
+                auth_views.PasswordResetDoneView.as_view(),
+                name="password_reset_done",
+            ),
+            path(
+                "reset/<uidb64>/<token>/",
+                auth_views.PasswordResetConfirmView.as_view(),
+                name="password_reset_confirm",
+            ),
+            path(
+                "reset/done/",
+                auth_views.PasswordResetCompleteView.as_view(),
+                name="password_reset_complete",
+            ),
+        ]
+    return urls
+
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include(account_urls())),
     path("", include("tasks.urls")),
 ]

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.processes import ROOT, clean_environment
+from tests.processes import ROOT, clean_environment, free_port, start_daphne, wait_until_listening
 
 SETUP = "import django; django.setup()"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
@@ -113,16 +114,12 @@ def test_redis_url_that_is_not_redis_is_refused(start):
     assert "'http://x'" in message
 
 
-def test_deployment_without_secret_key_refuses_to_start_and_names_it(start, data_dir):
-    message = refused(start(DATABASE_URL=POSTGRES_URL))
-    assert "SECRET_KEY is not set and DEBUG is off" in message
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_deployment_without_secret_key_refuses_to_start_and_names_it(start, data_dir, debug):
+    message = refused(start(DATABASE_URL=POSTGRES_URL, DEBUG=debug))
+    assert "SECRET_KEY is not set" in message
+    assert "DATABASE_URL" in message
     # It refuses; it does not quietly invent a key for a deployment.
-    assert not (data_dir / "secret_key").exists()
-
-
-def test_embedded_default_with_debug_off_and_no_secret_key_refuses_to_start(start, data_dir):
-    message = refused(start(DEBUG="false"))
-    assert "SECRET_KEY" in message
     assert not (data_dir / "secret_key").exists()
 
 
@@ -178,7 +175,45 @@ def test_defaults_without_configuration(start):
             )
         )
     )
-    assert json.loads(output) == [True, "http://127.0.0.1:8000", 1024 * 1024]
+    assert json.loads(output) == [False, "http://127.0.0.1:8000", 1024 * 1024]
+
+
+def test_debug_is_off_unless_turned_on(start):
+    assert json.loads(started(start(show("settings.DEBUG")))) == [False]
+    assert json.loads(started(start(show("settings.DEBUG"), DEBUG="1"))) == [True]
+
+
+def test_email_is_not_configured_by_default(start):
+    assert json.loads(started(start(show("settings.EMAIL_HOST"), EMAIL_HOST=""))) == [""]
+
+
+def test_email_settings_are_taken_from_the_environment(start):
+    output = started(
+        start(
+            show(
+                "settings.EMAIL_HOST",
+                "settings.EMAIL_PORT",
+                "settings.EMAIL_HOST_USER",
+                "settings.EMAIL_HOST_PASSWORD",
+                "settings.EMAIL_USE_TLS",
+                "settings.DEFAULT_FROM_EMAIL",
+            ),
+            EMAIL_HOST="smtp.example.com",
+            EMAIL_PORT="587",
+            EMAIL_HOST_USER="onlooker",
+            EMAIL_HOST_PASSWORD="mail-secret",
+            EMAIL_USE_TLS="yes",
+            DEFAULT_FROM_EMAIL="onlooker@example.com",
+        )
+    )
+    assert json.loads(output) == [
+        "smtp.example.com",
+        587,
+        "onlooker",
+        "mail-secret",
+        True,
+        "onlooker@example.com",
+    ]
 
 
 def test_allowed_hosts_default_to_the_public_url_host(start):
@@ -193,6 +228,12 @@ def test_allowed_hosts_default_to_the_public_url_host(start):
 
 
 # --- the embedded default ---------------------------------------------------------------
+
+
+def test_embedded_default_with_debug_off_generates_its_secret_key(start, data_dir):
+    [debug, key] = json.loads(started(start(show("settings.DEBUG", "settings.SECRET_KEY"))))
+    assert debug is False
+    assert (data_dir / "secret_key").read_text().strip() == key
 
 
 def test_embedded_default_generates_a_secret_key_and_keeps_it(start, data_dir):
@@ -284,3 +325,26 @@ def test_redis_url_selects_the_redis_channel_layer(start):
         )
     )
     assert hosts == [["redis://127.0.0.1:6379/0"]]
+
+
+def test_default_server_answers_an_anonymous_404_without_listing_url_patterns(data_dir, tmp_path):
+    # A real Daphne on the embedded default, as the README runs it: nothing configured.
+    port = free_port()
+    log = tmp_path / "daphne.log"
+    with log.open("wb") as output:
+        server = start_daphne(
+            port, clean_environment(ONLOOKER_DATA_DIR=str(data_dir)), output=output
+        )
+    try:
+        wait_until_listening(server, port, timeout=30, log=log.read_text)
+        base = f"http://127.0.0.1:{port}"
+        missing = httpx.get(f"{base}/no-such-page/", timeout=20)
+        assert missing.status_code == 404
+        for pattern in ("URLconf", "admin/", "accounts/", "healthz", "a2a/push"):
+            assert pattern not in missing.text, f"the 404 page shows {pattern!r}"
+        # With DEBUG off the app still serves its own static files, and the login page.
+        assert httpx.get(f"{base}/static/css/onlooker.css", timeout=20).status_code == 200
+        assert httpx.get(f"{base}/accounts/login/", timeout=20).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
