@@ -8,6 +8,16 @@ urlpatterns = [
     path("sessions/<int:session_id>/", views.session_page, name="session"),
     path("sessions/<int:session_id>/card/", views.session_card, name="session-card"),
     path("sessions/<int:session_id>/activity/", views.session_activity, name="session-activity"),
+    path(
+        "sessions/<int:session_id>/transcript/<int:message_id>/",
+        views.message_text,
+        name="session-message-text",
+    ),
+    path(
+        "sessions/<int:session_id>/artifacts/<int:artifact_id>/",
+        views.artifact_text,
+        name="session-artifact-text",
+    ),
     path("live/board/", views.live_board, name="live-board"),
     path("sessions/<int:session_id>/messages/", views.send_message, name="session-message"),
     path("sessions/<int:session_id>/cancel/", views.cancel_task, name="session-cancel"),

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import answers, board, broadcast, fragments
+from tasks import activity, answers, board, broadcast, fragments
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 
@@ -46,13 +47,14 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         "database": sync_to_async(_database_ok, thread_sensitive=False),
         "channel layer": _channel_layer_ok,
     }
-    down = {}
+    down = []
     for name, check in checks.items():
         try:
             await asyncio.wait_for(check(), timeout=HEALTH_TIMEOUT)
         except Exception as error:  # noqa: BLE001 - any failure means "down"
-            log.warning("health check: %s is down: %r", name, error)
-            down[name] = str(error) or type(error).__name__
+            # The reason (hosts, ports, driver text) goes to the log only: anyone may ask.
+            log.warning("health check: %s is down: %s: %s", name, type(error).__name__, error)
+            down.append(name)
     if down:
         return JsonResponse({"status": "down", "down": down}, status=503)
     return JsonResponse({"status": "ok", "checks": list(checks)})
@@ -109,15 +111,24 @@ def _visible_session(request: HttpRequest, session_id: int) -> Session:
     return session
 
 
-TRANSCRIPT_LIMIT = 500
+TRANSCRIPT_LIMIT = 500  # messages on one page; tasks/activity.py bounds their size too
 
 
-def _activity(session: Session) -> dict:
-    """The session page's body below the heading: transcript, artifacts, open interactions."""
-    messages = list(session.messages.order_by("-at", "-id")[:TRANSCRIPT_LIMIT])[::-1]
+def _activity(session: Session, query) -> dict:
+    """The session page's body below the heading: transcript, artifacts, open interactions.
+    `query` may name where the transcript (`before`) or the artifact versions
+    (`artifacts_before`) shown end; raises activity.BadAnchor when it names nothing here."""
+    anchors = {key: query.get(key) for key in ("before", "artifacts_before")}
+    transcript = activity.transcript(session, anchors["before"], TRANSCRIPT_LIMIT)
+    versions = activity.artifacts(session, anchors["artifacts_before"])
+    kept = {key: value for key, value in anchors.items() if value is not None}
     return {
-        "messages_": messages,
-        "artifacts": Artifact.objects.filter(task__session=session).select_related("task"),
+        "messages_": transcript.items,
+        "earlier_messages": transcript.earlier,
+        "artifacts": versions.items,
+        "earlier_artifacts": versions.earlier,
+        "anchors": kept,
+        "activity_query": f"?{urlencode(kept)}" if kept else "",
         "interactions": Interaction.objects.filter(
             task__session=session, state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING]
         )
@@ -134,10 +145,18 @@ def _activity(session: Session) -> dict:
     }
 
 
+def _bad_anchor(error: activity.BadAnchor) -> HttpResponse:
+    return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+
+
 @require_GET
 @login_required
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _visible_session(request, session_id)
+    try:
+        shown = _activity(session, request.GET)
+    except activity.BadAnchor as error:
+        return _bad_anchor(error)
     context = {
         "session": session,
         "card": getattr(session, "card", None),
@@ -145,7 +164,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
         "message_id": uuid.uuid4().hex,  # makes a double submit one message at the agent
-        **_activity(session),
+        **shown,
     }
     return render(request, "tasks/session.html", context)
 
@@ -153,10 +172,42 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_GET
 @api_login_required
 def session_activity(request: HttpRequest, session_id: int) -> HttpResponse:
-    """The session page's activity, refetched when a live message says the session changed."""
+    """The session page's activity, refetched when a live message says the session changed;
+    with the page's `before` anchors, so reading earlier messages is not cut short."""
     session = _visible_session(request, session_id)
-    context = {"session": session, "card": getattr(session, "card", None), **_activity(session)}
+    try:
+        shown = _activity(session, request.GET)
+    except activity.BadAnchor as error:
+        return _bad_anchor(error)
+    context = {"session": session, "card": getattr(session, "card", None), **shown}
     return render(request, "tasks/_activity.html", context)
+
+
+def _plain_text(text: str) -> HttpResponse:
+    # Agent text, whole: as text/plain (with nosniff) it can never run as a page.
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+@login_required
+def message_text(request: HttpRequest, session_id: int, message_id: int) -> HttpResponse:
+    """One transcript message in full: where the page's "show all" leads."""
+    session = _visible_session(request, session_id)
+    message = session.messages.filter(pk=message_id).first()
+    if message is None:
+        raise Http404("No such message in this session.")
+    return _plain_text(message.text)
+
+
+@require_GET
+@login_required
+def artifact_text(request: HttpRequest, session_id: int, artifact_id: int) -> HttpResponse:
+    """One artifact version in full: where the page's "show all" leads."""
+    session = _visible_session(request, session_id)
+    version = Artifact.objects.filter(task__session=session, pk=artifact_id).first()
+    if version is None:
+        raise Http404("No such artifact version in this session.")
+    return _plain_text(activity.artifact_text(version))
 
 
 @require_GET

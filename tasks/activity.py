@@ -1,0 +1,212 @@
+"""What the session page shows of a session's transcript and artifacts: the newest of them,
+within a size budget, with links to the rest.
+
+Eight 900 KB pushes once made one session page 10.8 MB. Sizes here are characters of agent
+text, measured by the database. Messages are cut there too, so a page loads no more of
+them than it shows; artifact parts are cut here, after loading, so what a page loads of
+them has a budget of its own. Every cut text has a plain-text view that shows it whole;
+earlier messages and artifact versions are one link away (`?before=`, `?artifacts_before=`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast, Length, Substr
+
+from tasks.models import Artifact, Message, Session
+from tasks.templatetags.onlooker import web_url
+
+MESSAGE_CHARS = 10_000  # of one message, on the page
+TRANSCRIPT_CHARS = 100_000  # of all the messages on one page
+VERSION_CHARS = 10_000  # of one artifact version's parts, on the page
+DESCRIPTION_CHARS = 2_000  # of one artifact version's description, on the page
+ARTIFACT_CHARS = 100_000  # of all the artifact versions on one page
+ARTIFACT_LIMIT = 200  # artifact versions on one page, however small
+# A version's parts are loaded whole to cut them: bound what one page loads as well.
+ARTIFACT_LOAD_CHARS = 2_000_000
+LINK_CHARS = 2_000  # a longer URL is shown cut, not linked
+_ID = re.compile(r"[0-9]{1,18}")  # longer would overflow the database's integers
+
+
+class BadAnchor(ValueError):
+    """A `before` that names nothing on this session: the message says which parameter."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One page of messages or artifact versions. `earlier` is the id to pass as the
+    anchor for the ones before these, or None when these go back to the start."""
+
+    items: list
+    earlier: int | None
+
+
+def _anchor(rows, raw: str | None, name: str, what: str, *fields: str):
+    """The row `raw` names among `rows`, loading only `fields` (not its large texts)."""
+    if raw is None:
+        return None
+    found = rows.only("pk", *fields).filter(pk=int(raw)).first() if _ID.fullmatch(raw) else None
+    if found is None:
+        raise BadAnchor(f"{name} must be the id of {what} in this session, not {raw[:40]!r}")
+    return found
+
+
+def _newest_within(
+    sizes: list[tuple[int, int, int]], shown_budget: int, loaded_budget: int
+) -> list[int]:
+    """The ids of `(id, characters shown, characters loaded)`, newest first, that fit both
+    budgets together; at least one, so a page is never empty while there is something to
+    show."""
+    chosen, shown, loaded = [], 0, 0
+    for pk, shows, loads in sizes:
+        if chosen and (shown + shows > shown_budget or loaded + loads > loaded_budget):
+            break
+        chosen.append(pk)
+        shown, loaded = shown + shows, loaded + loads
+    return chosen
+
+
+def transcript(session: Session, before: str | None, limit: int) -> Shown:
+    """The newest messages (before the message `before`, if given) that fit the budget, in
+    reading order; each with `shown_text` (its first MESSAGE_CHARS) and `cut`."""
+    rows = session.messages.all()
+    anchor = _anchor(rows, before, "before", "a message", "at")
+    if anchor is not None:
+        rows = rows.filter(Q(at__lt=anchor.at) | Q(at=anchor.at, pk__lt=anchor.pk))
+    sizes = list(
+        rows.order_by("-at", "-id")
+        .annotate(length=Length("text"))
+        .values_list("pk", "length")[: limit + 1]
+    )
+    # The database cuts the text: a message loads what it shows.
+    capped = [(pk, min(n, MESSAGE_CHARS), min(n, MESSAGE_CHARS)) for pk, n in sizes[:limit]]
+    chosen = _newest_within(capped, TRANSCRIPT_CHARS, TRANSCRIPT_CHARS)
+    messages = list(
+        Message.objects.filter(pk__in=chosen)
+        .defer("text")
+        .annotate(shown_text=Substr("text", 1, MESSAGE_CHARS), length=Length("text"))
+        .order_by("at", "id")
+    )
+    for message in messages:
+        message.cut = message.length > MESSAGE_CHARS
+    earlier = messages[0].pk if messages and len(chosen) < len(sizes) else None
+    return Shown(messages, earlier)
+
+
+def artifacts(session: Session, before: str | None) -> Shown:
+    """The newest artifact versions (before the version `before`, if given) that fit the
+    budget, in the order the page lists them; each with `preview` (its parts, cut to
+    VERSION_CHARS), `shown_description`, `description_cut` and `cut`."""
+    rows = Artifact.objects.filter(task__session=session)
+    anchor = _anchor(rows, before, "artifacts_before", "an artifact version")
+    if anchor is not None:
+        rows = rows.filter(pk__lt=anchor.pk)
+    sizes = list(
+        rows.order_by("-id")
+        .annotate(
+            parts_length=Length(Cast("parts", TextField())),
+            description_length=Length("description"),
+        )
+        .values_list("pk", "parts_length", "description_length")[: ARTIFACT_LIMIT + 1]
+    )
+    capped = [
+        (pk, min(parts, VERSION_CHARS) + min(description, DESCRIPTION_CHARS), parts)
+        for pk, parts, description in sizes[:ARTIFACT_LIMIT]
+    ]
+    chosen = _newest_within(capped, ARTIFACT_CHARS, ARTIFACT_LOAD_CHARS)
+    versions = list(
+        Artifact.objects.filter(pk__in=chosen)
+        .select_related("task")
+        .defer("description")
+        .annotate(
+            shown_description=Substr("description", 1, DESCRIPTION_CHARS),
+            description_length=Length("description"),
+        )
+    )
+    for version in versions:
+        version.preview, parts_cut = preview(version.parts)
+        version.description_cut = version.description_length > DESCRIPTION_CHARS
+        version.cut = parts_cut or version.description_cut
+    earlier = min(chosen) if chosen and len(chosen) < len(sizes) else None
+    return Shown(versions, earlier)
+
+
+def _data_text(data: Any) -> str:
+    try:
+        return json.dumps(data, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):  # huge numbers, very deep nesting
+        return "(data that cannot be shown as text)"
+
+
+def _part(part: dict, room: int) -> tuple[dict | None, int, bool]:
+    """What the page shows of one part, given `room` characters: (shown, size, cut)."""
+    if isinstance(part.get("text"), str) and part["text"]:
+        text = part["text"]
+        return {"kind": "text", "text": text[:room]}, min(len(text), room), len(text) > room
+    if isinstance(part.get("url"), str):
+        url, name = part["url"], part.get("filename")
+        label = name if isinstance(name, str) and name else url
+        if web_url(url) and len(url) <= LINK_CHARS:
+            label = label[:LINK_CHARS]
+            return {"kind": "link", "url": url, "label": label}, len(url) + len(label), False
+        room = min(room, LINK_CHARS)
+        return {"kind": "url", "label": url[:room]}, min(len(url), room), len(url) > room
+    if part.get("raw") is not None:
+        name, media = part.get("filename"), part.get("mediaType")
+        shown = {
+            "kind": "file",
+            "label": name[:LINK_CHARS] if isinstance(name, str) and name else "file",
+            "media_type": media[:200] if isinstance(media, str) and media else "binary",
+        }
+        return shown, 0, False
+    if "data" in part and part["data"] is not None:
+        text = _data_text(part["data"])
+        return {"kind": "data", "text": text[:room]}, min(len(text), room), len(text) > room
+    return None, 0, False
+
+
+def preview(parts: Any, budget: int = VERSION_CHARS) -> tuple[list[dict], bool]:
+    """The parts a page shows of one artifact version, and whether that is not all."""
+    shown: list[dict] = []
+    room = budget
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        if room <= 0:
+            return shown, True
+        item, size, cut = _part(part, room)
+        if item is not None:
+            shown.append(item)
+        room -= size
+        if cut:
+            return shown, True
+    return shown, False
+
+
+def artifact_text(version: Artifact) -> str:
+    """One artifact version in full, as plain text: what "show all" opens."""
+    lines = [f"{version.name or version.artifact_id} (version {version.sequence})"]
+    if version.description:
+        lines += ["", version.description]
+    if version.files:
+        lines += ["", f"files/v1: {_data_text(version.files)}"]
+    for part in version.parts if isinstance(version.parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        lines.append("")
+        if isinstance(part.get("text"), str) and part["text"]:
+            lines.append(part["text"])
+        elif isinstance(part.get("url"), str):
+            lines.append(part["url"])
+        elif part.get("raw") is not None:
+            raw = part["raw"]
+            size = f"{len(raw)} characters of base64" if isinstance(raw, str) else "inline"
+            lines.append(f"{part.get('filename') or 'file'} ({size}; not shown)")
+        elif part.get("data") is not None:
+            lines.append(_data_text(part["data"]))
+    return "\n".join(lines) + "\n"

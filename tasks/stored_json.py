@@ -1,0 +1,48 @@
+"""Reading JSON that agents sent, as an older Onlooker stored it.
+
+Before pushes were sanitized on the way in, an agent could send a lone UTF-16 surrogate
+(`"\\ud800"`). JSONField stores it escaped, so the insert succeeds, but it comes back from
+`json.loads` as a lone surrogate that no page can encode as UTF-8: the session would 500
+for every viewer, forever. Every JSONField holding agent data reads through this decoder,
+which turns lone surrogates into U+FFFD, so a stored session always renders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# Cheap test first: without a surrogate escape (or a raw surrogate) there is nothing to
+# repair, which spares rescanning large artifacts on every read.
+MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+# Read left to right, an escaped backslash is consumed whole, so `\\ud800` (a backslash,
+# then the letters) is never taken for an escape; a high surrogate followed by a low one is
+# one character and kept; anything else in the surrogate range is lone. Repairing the text,
+# not the decoded value, needs no walk over (possibly very deep) nesting.
+ESCAPES = re.compile(
+    r"(?P<backslash>\\\\)"
+    r"|(?P<pair>\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+    r"|[\ud800-\udfff]"
+)
+
+
+def _repair(match: re.Match) -> str:
+    if match["backslash"] or match["pair"]:
+        return match[0]
+    return "\\ufffd"
+
+
+def without_lone_surrogates(text: str) -> str:
+    """JSON text whose strings (keys too) hold U+FFFD wherever they held a lone surrogate."""
+    if not MAY_HOLD_SURROGATE.search(text):
+        return text
+    return ESCAPES.sub(_repair, text)
+
+
+class StoredJSONDecoder(json.JSONDecoder):
+    """What JSONFields with agent data decode with: never hands a page a lone surrogate."""
+
+    def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        return super().decode(without_lone_surrogates(s), *args, **kwargs)
