@@ -19,10 +19,12 @@ model has them) and return the agent's JSON as plain dicts, camelCase as on the 
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ READ_TIMEOUT = 10.0  # seconds to wait for the answer (SendMessage is sent retur
 MAX_CONNECTIONS = 20  # per process, over all agents
 PAGE_SIZE = 50  # ListTasks: the spec's default; agents accept 1..100
 MAX_PAGES = 100  # iter_tasks stops an agent that pages forever
-MAX_AGENT_TEXT = 200  # characters of an agent's own error message shown to people
+MAX_AGENT_TEXT = 200  # characters of an agent's own words (an error, a header) shown to people
 # What the Agent model stores; a longer name is shortened, a longer URL or version refused.
 MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
 
@@ -171,7 +173,7 @@ def fetch_card(url: str) -> AgentCard:
     except httpx.TimeoutException:
         raise A2AError(f"the agent did not answer in time at {card_url}") from None
     except httpx.HTTPError as error:
-        raise A2AError(f"could not reach {card_url}: {error}") from None
+        raise A2AError(f"could not reach {card_url}: {plain_text(str(error))}") from None
     if response.status_code != 200:
         raise A2AError(
             f"{card_url} answered HTTP {response.status_code}, not an agent card",
@@ -196,11 +198,14 @@ def parse_card(card: object, card_url: str) -> AgentCard:
     capabilities = card.get("capabilities") if isinstance(card.get("capabilities"), dict) else {}
     declared = capabilities.get("extensions") or []
     extensions = [
-        e["uri"] for e in declared if isinstance(e, dict) and isinstance(e.get("uri"), str)
+        e["uri"]
+        for e in declared
+        if isinstance(e, dict) and isinstance(e.get("uri"), str) and _unbroken(e["uri"])
     ]
-    name = card.get("name") if isinstance(card.get("name"), str) else ""
+    # The name is shown on every tile: the agent's words, made plain like its errors.
+    name = plain_text(card.get("name"), MAX_NAME)
     return AgentCard(
-        name=(name.strip() or urlsplit(card_url).hostname or "agent")[:MAX_NAME],
+        name=name or urlsplit(card_url).hostname or "agent",
         rpc_url=interface["url"],
         protocol_version=interface["protocolVersion"],
         extensions=extensions,
@@ -220,12 +225,50 @@ def _jsonrpc_1x(interfaces: object) -> dict | None:
             interface.get("protocolBinding") == "JSONRPC"
             and (version == "1" or version.startswith("1."))
             and len(version) <= MAX_VERSION
+            and _unbroken(version)
             and isinstance(url, str)
-            and len(url) <= MAX_URL
-            and urlsplit(url).scheme in ("http", "https")
+            and _clean_url(url)
         ):
             return interface
     return None
+
+
+def _clean_url(url: str) -> bool:
+    """An http(s) URL with a host, a valid port and nothing hidden in it (no spaces, control
+    or format characters, which would be shown to people and stored)."""
+    if not _unbroken(url):
+        return False
+    try:
+        origin(url)
+    except ValueError:
+        return False
+    return True
+
+
+def _unbroken(uri: str) -> bool:
+    """At most MAX_URL characters, none of them a space, control or format character."""
+    return len(uri) <= MAX_URL and not any(c.isspace() or _hidden(c) for c in uri)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> str:
+    """`scheme://host[:port]` of an http(s) URL, without the port when it is the scheme's
+    default: two URLs reach the same server exactly when their origins are equal. The
+    credential is sent to the JSON-RPC URL, so its origin is what a person must agree to.
+    ValueError when the URL has none (not http(s), no host, a port that is not one)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname  # lower case, without user info or IPv6 brackets
+    port = parts.port  # ValueError for a port that is not a number in range
+    if scheme not in _DEFAULT_PORTS or not host:
+        raise ValueError(f"{url!r} is not an http(s) URL with a host")
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or port == _DEFAULT_PORTS[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 # --- JSON-RPC methods -----------------------------------------------------------------------
@@ -443,9 +486,9 @@ def _result(response: httpx.Response, request_id: str) -> Any:
         raise A2AError(f"the agent answered HTTP {status}", http_status=status)
     if answer is _NOT_JSON:
         content_type = response.headers.get("content-type", "").split(";")[0].strip()
+        shown = plain_text(content_type, 100) or "no content type"
         raise A2AError(
-            f"the agent answered something that is not JSON ({content_type or 'no content type'})",
-            http_status=status,
+            f"the agent answered something that is not JSON ({shown})", http_status=status
         )
     if not isinstance(answer, dict) or "result" not in answer or answer.get("id") != request_id:
         raise A2AError(
@@ -470,7 +513,7 @@ def _rpc_error(error: dict, http_status: int) -> A2AError:
     code = error.get("code")
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
     reason = _reason(error.get("data"))
-    said = _bounded(error.get("message"))
+    said = plain_text(error.get("message"))
     if code == -32004 and reason == "CONTEXT_BUSY":
         sentence = "the agent is busy with this conversation"
     elif code == -32004:
@@ -494,12 +537,33 @@ def _reason(data: object) -> str | None:
     return None
 
 
-def _bounded(text: object) -> str:
-    """An agent's own words, on one line and short enough for a toast."""
+# Agents' words are read from a bounded prefix: an excerpt is short, and the markup and
+# spaces it drops cannot make a 100 KB message cost more than this much work.
+_EXCERPT_WINDOW = 20_000
+_TAG = re.compile(r"<[^<>]*>")  # [^<>]: one pass over the text, whatever it holds
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # colours, cursor moves
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # controls, bidi/format marks, surrogates
+
+
+def _hidden(char: str) -> bool:
+    return unicodedata.category(char) in _HIDDEN_CATEGORIES
+
+
+def plain_text(text: object, limit: int = MAX_AGENT_TEXT) -> str:
+    """An agent's own words as people see them (a JSON-RPC error message, a header, its
+    name): plain text on one line, at most `limit` characters, "…" when cut. Markup is
+    dropped and entities decoded; control and format characters (terminal escapes, bidi
+    overrides that reorder what is shown) and lone surrogates (which no database stores) are
+    removed. Every place that shows an agent's words to people goes through this."""
     if not isinstance(text, str):
         return ""
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= MAX_AGENT_TEXT else text[: MAX_AGENT_TEXT - 1] + "…"
+    cut = len(text) > _EXCERPT_WINDOW
+    text = html.unescape(_TAG.sub(" ", _TERMINAL_ESCAPE.sub("", text[:_EXCERPT_WINDOW])))
+    text = "".join(" " if c.isspace() else c for c in text if not _hidden(c) or c.isspace())
+    text = " ".join(text.split())
+    if cut or len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text
 
 
 def _not_a2a(method: str) -> A2AError:

@@ -7,6 +7,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.models import Group
 from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.formats import date_format
 
 from tasks import agents
 from tasks.models import (
@@ -38,6 +40,14 @@ class RegisterAgentForm(forms.Form):
     credential = forms.CharField(
         required=False, help_text='Authorization for calls to the agent, e.g. "Bearer …"'
     )
+    allow_other_rpc_origin = forms.BooleanField(
+        label="Allow a JSON-RPC URL at another origin",
+        required=False,
+        help_text=(
+            "Onlooker sends the credential to the JSON-RPC URL the card names. Tick only if "
+            "the card's host may send it to another host or port."
+        ),
+    )
 
 
 class RefusalInline(admin.TabularInline):
@@ -63,12 +73,22 @@ class PushEndpointInline(admin.TabularInline):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "team", "rpc_url", "protocol_version", "signs_pushes", "created_at")
+    list_display = (
+        "name",
+        "team",
+        "rpc_url",
+        "rpc_url_moves",
+        "protocol_version",
+        "signs_pushes",
+        "created_at",
+    )
     fields = (
         "name",
         "team",
         "card_url",
         "rpc_url",
+        "allow_other_rpc_origin",
+        "rpc_url_moves",
         "protocol_version",
         "extensions",
         "push_notifications",
@@ -79,6 +99,8 @@ class AgentAdmin(admin.ModelAdmin):
     readonly_fields = (
         "card_url",
         "rpc_url",
+        "allow_other_rpc_origin",
+        "rpc_url_moves",
         "protocol_version",
         "extensions",
         "push_notifications",
@@ -87,12 +109,30 @@ class AgentAdmin(admin.ModelAdmin):
         "last_error",
     )
     inlines = (PushEndpointInline, RefusalInline)
-    actions = ("rotate_signing_secret", "retire_previous_signing_secret", "replace_api_token")
+    actions = (
+        "rotate_signing_secret",
+        "retire_previous_signing_secret",
+        "replace_api_token",
+        "accept_refused_rpc_url",
+    )
 
     @admin.display(description="signing secrets")
     def signs_pushes(self, agent: Agent) -> str:
         count = len(agent.signing_secrets)
         return {0: "none (token)", 1: "1", 2: "2 (rotating)"}[count]
+
+    @admin.display(description="refused JSON-RPC URL")
+    def rpc_url_moves(self, agent: Agent) -> str:
+        if not agent.refused_rpc_url:
+            return "none"
+        at = agent.refused_rpc_url_at
+        when = date_format(timezone.localtime(at), "DATETIME_FORMAT") if at else "a card refresh"
+        return f"Since {when}, {agents.refused_move(agent)}."
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if change and {"name", "team"} & set(form.changed_data):
+            agents.changed(obj)
 
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):
@@ -108,6 +148,7 @@ class AgentAdmin(admin.ModelAdmin):
                     generate_signing_secret=data["generate_signing_secret"],
                     signing_secret=data["signing_secret"],
                     credential=data["credential"],
+                    allow_other_rpc_origin=data["allow_other_rpc_origin"],
                 )
             except agents.RegistrationError as error:
                 form.add_error(None, str(error))
@@ -153,6 +194,14 @@ class AgentAdmin(admin.ModelAdmin):
         token = agents.replace_api_token(agent)
         self.log_change(request, agent, "Replaced the card API token")
         return self._secrets_once(request, agent, {"api_token": token})
+
+    @admin.action(description="Accept the refused JSON-RPC URL (calls and credential go there)")
+    def accept_refused_rpc_url(self, request, queryset):
+        for agent in queryset.exclude(refused_rpc_url=""):
+            moved_to = agent.refused_rpc_url
+            agents.accept_refused_rpc_url(agent)
+            self.log_change(request, agent, f"Accepted the JSON-RPC URL {moved_to}")
+            self.message_user(request, f"{agent.name} is called at {moved_to} from now on.")
 
     @admin.action(description="Retire the previous signing secret")
     def retire_previous_signing_secret(self, request, queryset):

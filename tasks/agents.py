@@ -1,11 +1,13 @@
-"""Registering agents and their push credentials. Secrets are returned once, here, and
-never shown again: push tokens are kept only as digests.
+"""Registering agents and their push credentials, reading their cards again, and what
+follows when a person edits one. Secrets are returned once, here, and never shown again:
+push tokens are kept only as digests.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import secrets
 from dataclasses import dataclass
 
@@ -13,12 +15,19 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import a2a_client
-from tasks.models import Agent, PushEndpoint, digest
+from tasks import a2a_client, broadcast, fragments
+from tasks.models import Agent, PushEndpoint, Session, digest
+
+log = logging.getLogger(__name__)
 
 
 class RegistrationError(Exception):
     """The agent cannot be registered; str(error) says why."""
+
+
+class OtherRpcOrigin(RegistrationError):
+    """The card sends Onlooker's calls, and so the agent's credential, to another origin than
+    its own; registered only when a person allows it."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,11 @@ def register(
     signing_secret: str = "",
     generate_signing_secret: bool = False,
     credential: str = "",
+    allow_other_rpc_origin: bool = False,
 ) -> Registration:
+    """Register the agent whose card is at (or under) `card_url`. Its JSON-RPC URL must be at
+    the card's origin unless `allow_other_rpc_origin`: the card decides where Onlooker sends
+    the agent's credential, and whoever serves the card must not steer it elsewhere."""
     if signing_secret and generate_signing_secret:
         raise RegistrationError("give a signing secret or ask for one to be generated, not both")
     if generate_signing_secret:
@@ -89,6 +102,13 @@ def register(
         card = a2a_client.fetch_card(card_url)
     except a2a_client.A2AError as error:
         raise RegistrationError(str(error)) from None
+    card_origin, rpc_origin = a2a_client.origin(card_url), a2a_client.origin(card.rpc_url)
+    if card_origin != rpc_origin and not allow_other_rpc_origin:
+        raise OtherRpcOrigin(
+            f"the agent card at {card_origin} names a JSON-RPC URL at another origin, "
+            f"{rpc_origin}: Onlooker would send the agent's credential there. Register it "
+            "only if you trust that origin with it, allowing another JSON-RPC origin"
+        )
     api_token = new_api_token()
     with transaction.atomic():
         agent = Agent.objects.create(
@@ -99,6 +119,7 @@ def register(
             extensions=card.extensions,
             push_notifications=card.push_notifications,
             credential=credential,
+            allow_other_rpc_origin=allow_other_rpc_origin,
             signing_secret=signing_secret,
             team=Group.objects.get_or_create(name=team.strip())[0] if team.strip() else None,
             card_fetched_at=timezone.now(),
@@ -166,19 +187,30 @@ def retire_previous_signing_secret(agent: Agent) -> None:
 def refresh_card(agent: Agent) -> str | None:
     """Read the agent's card again (its URL, version or extensions may have changed); the
     error in words when it could not be read, which is also kept on the agent. The name a
-    person gave the agent stays."""
+    person gave the agent stays.
+
+    The JSON-RPC URL moves only within the origins a person agreed to: its current one and
+    the card's own. A card naming another origin is not followed (the credential would go
+    there): the URL stays, and the refused one is kept on the agent (`refused_move`)."""
     try:
         card = a2a_client.fetch_card(agent.card_url)
     except a2a_client.A2AError as error:
         agent.last_error = str(error)
         agent.save(update_fields=["last_error"])
         return agent.last_error
-    agent.rpc_url, agent.protocol_version = card.rpc_url, card.protocol_version
+    if _origin(card.rpc_url) in {_origin(agent.card_url), _origin(agent.rpc_url)} - {None}:
+        agent.rpc_url, agent.protocol_version = card.rpc_url, card.protocol_version
+        agent.refused_rpc_url, agent.refused_rpc_url_at = "", None
+    elif card.rpc_url != agent.refused_rpc_url:
+        agent.refused_rpc_url, agent.refused_rpc_url_at = card.rpc_url, timezone.now()
+        log.warning("agent %s: refused a JSON-RPC URL at another origin", agent.pk)
     agent.extensions, agent.push_notifications = card.extensions, card.push_notifications
     agent.card_fetched_at, agent.last_error = timezone.now(), ""
     agent.save(
         update_fields=[
             "rpc_url",
+            "refused_rpc_url",
+            "refused_rpc_url_at",
             "protocol_version",
             "extensions",
             "push_notifications",
@@ -187,3 +219,67 @@ def refresh_card(agent: Agent) -> str | None:
         ]
     )
     return None
+
+
+def _origin(url: str) -> str | None:
+    try:
+        return a2a_client.origin(url)
+    except ValueError:  # a URL stored before origins were checked
+        return None
+
+
+def refused_move(agent: Agent) -> str:
+    """What a refused card refresh did, in words ("" when none was refused)."""
+    if not agent.refused_rpc_url:
+        return ""
+    return (
+        f"its card moved the JSON-RPC URL to another origin, {agent.refused_rpc_url}: "
+        f"Onlooker keeps calling {agent.rpc_url} and does not send the agent's credential "
+        "there (accept the move in the admin if that origin is the agent's own)"
+    )
+
+
+def accept_refused_rpc_url(agent: Agent) -> None:
+    """A person vouches for the origin a card refresh moved to: calls go there from now on."""
+    if not agent.refused_rpc_url:
+        return
+    agent.rpc_url, agent.allow_other_rpc_origin = agent.refused_rpc_url, True
+    agent.refused_rpc_url, agent.refused_rpc_url_at = "", None
+    agent.save(
+        update_fields=[
+            "rpc_url",
+            "allow_other_rpc_origin",
+            "refused_rpc_url",
+            "refused_rpc_url_at",
+        ]
+    )
+
+
+def changed(agent: Agent) -> None:
+    """Call in the transaction that changed what its sessions' fragments show of the agent
+    (its name) or where their hints go (its team). The stored fragments are dropped with the
+    change, so no page shows the old name once it commits (pages render what is missing);
+    after commit they are stored again and hinted, one session at a time under its lock, so
+    a push applied meanwhile with the old name is overwritten too."""
+    fragments.forget_agent(agent)
+    transaction.on_commit(lambda: restore_fragments(agent.pk), robust=True)
+
+
+def restore_fragments(agent_id: int) -> int:
+    """Store the fragments of the agent's sessions again, most recently updated first (what
+    the screens show first), and hint browsers; returns how many were stored."""
+    ids = Session.objects.filter(agent_id=agent_id).order_by("-updated_at", "-id")
+    stored = 0
+    for session_id in list(ids.values_list("pk", flat=True)):
+        with transaction.atomic():
+            session = (
+                Session.objects.select_for_update(of=("self",))
+                .select_related("agent")
+                .filter(pk=session_id)
+                .first()
+            )
+            if session is None:
+                continue  # deleted meanwhile
+            broadcast.session_changed(session, team_id=session.agent.team_id)
+            stored += 1
+    return stored

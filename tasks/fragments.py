@@ -19,7 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from tasks.models import Card, Session, SessionView
+from tasks.models import Agent, Card, Session, SessionView
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,12 @@ def forget(session: Session) -> None:
     """Drop the session's stored fragments: until they are stored again, pages render them
     when asked (`one`), so nothing shows what the session was before a change."""
     SessionView.objects.filter(session=session).delete()
+
+
+def forget_agent(agent: Agent) -> None:
+    """Drop the stored fragments of every session of the agent: they show its name, which a
+    person changed (see `agents.changed`)."""
+    SessionView.objects.filter(session__agent=agent).delete()
 
 
 def of(session: Session) -> dict[str, str]:

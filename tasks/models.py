@@ -16,6 +16,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.formats import time_format
 
+from tasks.stored_json import StoredJSONDecoder
+
 
 class TaskState(models.TextChoices):
     SUBMITTED = "TASK_STATE_SUBMITTED", "submitted"
@@ -56,10 +58,20 @@ class Agent(models.Model):
     card_url = models.URLField(max_length=500)
     rpc_url = models.URLField("JSON-RPC URL", max_length=500)
     protocol_version = models.CharField(max_length=20)
-    extensions = models.JSONField(default=list, blank=True, help_text="URIs the card declares")
+    extensions = models.JSONField(
+        decoder=StoredJSONDecoder, default=list, blank=True, help_text="URIs the card declares"
+    )
     push_notifications = models.BooleanField(default=False)
     # Sent as the Authorization header when Onlooker calls the agent; never displayed.
     credential = models.TextField(blank=True)
+    # The credential goes to rpc_url, which the card names: at the card's own origin unless a
+    # person allowed another when registering the agent.
+    allow_other_rpc_origin = models.BooleanField(
+        "JSON-RPC URL may be at another origin than the card", default=False
+    )
+    # A card refresh that named a JSON-RPC URL at an origin nobody agreed to: not followed.
+    refused_rpc_url = models.CharField("refused JSON-RPC URL", max_length=500, blank=True)
+    refused_rpc_url_at = models.DateTimeField("JSON-RPC URL refused at", null=True, blank=True)
     # Standard Webhooks secrets (whsec_…). Two during a rotation; never displayed.
     signing_secret = models.CharField(max_length=200, blank=True)
     previous_signing_secret = models.CharField(max_length=200, blank=True)
@@ -165,10 +177,10 @@ class Task(models.Model):
     # The card's note: the latest status message that is not a question.
     note = models.TextField(blank=True)
     note_timestamp = models.DateTimeField(null=True, blank=True)
-    plan = models.JSONField(default=list, blank=True)
+    plan = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
     plan_timestamp = models.DateTimeField(null=True, blank=True)
-    telemetry = models.JSONField(null=True, blank=True)
-    uncertain_effects = models.JSONField(default=list, blank=True)
+    telemetry = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
+    uncertain_effects = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -201,7 +213,7 @@ class Delivery(models.Model):
     task_id = models.CharField(max_length=200, blank=True)
     body = models.TextField()
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
-    warnings = models.JSONField(default=list, blank=True)
+    warnings = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
     duplicates = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -232,10 +244,10 @@ class Interaction(models.Model):
     interaction_id = models.CharField(max_length=220)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     prompt = models.TextField(blank=True)
-    detail = models.JSONField(null=True, blank=True)
+    detail = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
     opened_at = models.DateTimeField()
-    answer = models.JSONField(null=True, blank=True)
+    answer = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     answered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -277,8 +289,10 @@ class Artifact(models.Model):
     sequence = models.PositiveIntegerField(help_text="1 for the first version seen, then 2, …")
     name = models.CharField(max_length=300, blank=True)
     description = models.TextField(blank=True)
-    parts = models.JSONField(default=list)
-    files = models.JSONField(null=True, blank=True, help_text="files/v1 data")
+    parts = models.JSONField(decoder=StoredJSONDecoder, default=list)
+    files = models.JSONField(
+        decoder=StoredJSONDecoder, null=True, blank=True, help_text="files/v1 data"
+    )
     complete = models.BooleanField(default=True)
     received_at = models.DateTimeField()
 
@@ -352,13 +366,13 @@ class Card(models.Model):
 
     session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="card")
     revision = models.PositiveIntegerField()
-    plan = models.JSONField(null=True, blank=True)
+    plan = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     markdown = models.TextField(blank=True)
     markdown_sha256 = models.CharField(max_length=64, blank=True)
     html = models.TextField(blank=True)
     # What an A2A session's card shows beside plan and note: state, the open question,
     # uncertain effects, cost and trace id.
-    facts = models.JSONField(null=True, blank=True)
+    facts = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     updated_at = models.DateTimeField()
 
     def __str__(self) -> str:

@@ -28,6 +28,8 @@ class Report:
     fetched: int = 0
     applied: int = 0
     errors: list[str] = field(default_factory=list)
+    # What a person should know though the sync went on (a refused move of the JSON-RPC URL).
+    warnings: list[str] = field(default_factory=list)
 
 
 def last_seen(agent: Agent) -> datetime | None:
@@ -44,6 +46,8 @@ def sync_agent(agent: Agent, since: datetime | None = None) -> Report:
     if card_error:
         # The old address may still answer: try it, and say why the card was not read.
         report.errors.append(f"its card could not be read again: {card_error}")
+    if agent.refused_rpc_url:
+        report.warnings.append(agents.refused_move(agent))
     try:
         for summary in a2a_client.iter_tasks(agent, status_timestamp_after=since):
             report.listed += 1
@@ -56,7 +60,8 @@ def sync_agent(agent: Agent, since: datetime | None = None) -> Report:
     except a2a_client.A2AError as error:
         report.errors.append(str(error))
     except protocol.BadBody as bad:
-        report.errors.append(f"the agent sent a task Onlooker cannot read: {bad.detail}")
+        detail = a2a_client.plain_text(bad.detail)
+        report.errors.append(f"the agent sent a task Onlooker cannot read: {detail}")
     if report.errors:
         log.warning("sync of agent %s: %s", agent.pk, report.errors[-1])
     return report

@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.agents import RegistrationError, register
+from tasks.agents import OtherRpcOrigin, RegistrationError, register
 
 
 class Command(BaseCommand):
@@ -21,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--credential", default="", help='Authorization for calls to it, e.g. "Bearer …"'
         )
+        parser.add_argument(
+            "--allow-other-rpc-origin",
+            action="store_true",
+            help="accept a card whose JSON-RPC URL (where the credential is sent) is at another "
+            "scheme, host or port than the card",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **options):
@@ -32,7 +38,10 @@ class Command(BaseCommand):
                 signing_secret=options["signing_secret"],
                 generate_signing_secret=options["generate_signing_secret"],
                 credential=options["credential"],
+                allow_other_rpc_origin=options["allow_other_rpc_origin"],
             )
+        except OtherRpcOrigin as error:
+            raise CommandError(f"{error} (--allow-other-rpc-origin)") from None
         except RegistrationError as error:
             raise CommandError(str(error)) from None
         result = registration.as_json()

@@ -54,5 +54,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"{line}; failed: {report.errors[-1]}")
             else:
                 self.stdout.write(line)
+            for warning in report.warnings:
+                self.stderr.write(f"{one.name} (#{one.pk}): {warning}")
         if failed:
             raise CommandError("some agents could not be synced (see above)")
