@@ -3,7 +3,10 @@ status keeps it clear, and asking again sets it again. The screens sort and coun
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import pytest
+from django.apps import apps
 from django.test import Client
 
 from tasks import profile
@@ -89,3 +92,22 @@ def test_an_answered_question_still_shows_who_answered_until_the_agent_goes_on(
     assert push(Client(), registered, status("COMPLETED", at=9, text="Shipped")).status_code == 200
     card = alice.get(f"/sessions/{Session.objects.get().pk}/card/").json()
     assert "Approved by alice" not in card["html"]["card"]
+
+
+def test_sessions_stored_saying_needs_you_without_an_open_question_are_set_right(
+    waiting, ops, approvers
+):
+    """What older versions left behind: the flag stayed set after an answer."""
+    registered, interaction = waiting
+    Interaction.objects.filter(pk=interaction.pk).update(state=Interaction.State.ANSWERED)
+    stale = Session.objects.get()
+    assert stale.needs_human
+    other = make_agent(team=ops, name="Other")
+    body = status("AUTH_REQUIRED", at=1, context="ctx-2", task="t-2", metadata=approval("x", "?"))
+    assert push(Client(), other, body).status_code == 200
+    Session.objects.filter(context_id="ctx-2").update(needs_human=False)  # and the reverse
+
+    import_module("tasks.migrations.0008_derive_needs_human").derive(apps, None)
+
+    assert not Session.objects.get(pk=stale.pk).needs_human
+    assert Session.objects.get(context_id="ctx-2").needs_human
