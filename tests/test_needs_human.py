@@ -1,5 +1,6 @@
-"""The "needs you" flag is true exactly while a question is open: answering clears it, the agent's next
-status keeps it clear, and asking again sets it again. The screens sort and count by it."""
+"""The "needs you" flag is true exactly while a question is open: answering clears it, the
+agent's next status keeps it clear, and asking again sets it again. The screens sort and count
+by it."""
 
 from __future__ import annotations
 
