@@ -4,14 +4,12 @@ token as `Authorization: Bearer`."""
 
 from __future__ import annotations
 
-import json
-
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from tasks import broadcast, cards
+from tasks import broadcast, cards, json_safety
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
 
@@ -76,15 +74,23 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
     ) > MAX_BODY_BYTES:
         return _error(413, f"the body is over {MAX_BODY_BYTES} bytes; a card is far smaller")
     try:
-        data = json.loads(request.body)
-    except (ValueError, RecursionError):
+        # Lone surrogates become U+FFFD here, so no field can fail to encode when stored.
+        data = json_safety.loads(request.body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _error(400, "the body must be UTF-8 encoded JSON")
+    except json_safety.TooDeep as deep:
+        return _error(400, f"{deep}; a card is flat", deep.member)
+    except RecursionError:
+        return _error(400, f"the body nests more than {json_safety.MAX_DEPTH} levels deep")
+    except ValueError:
         return _error(400, "the body must be a JSON object")
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object")
     try:
         unknown = sorted(set(data) - {"sessionKey", "plan", "markdown"})
         if unknown:
-            raise cards.CardError(unknown[0], f"{unknown[0]} is not a card field")
+            field = json_safety.cut(unknown[0], 60)
+            raise cards.CardError(field, f"{field} is not a card field")
         key = _session_key(data.get("sessionKey"))
         plan, markdown = cards.normalize(data.get("plan"), data.get("markdown"))
     except cards.CardError as error:

@@ -389,7 +389,7 @@ class _Applier:
             ],
             ignore_conflicts=True,
         )
-        if not session.title and message.role == Message.Role.USER:
+        if not session.title and message.role == Message.Role.USER and text.strip():
             session.title = text.strip().splitlines()[0][:200]
 
     def _history(

@@ -1,7 +1,8 @@
 """The Nylorun profile v2 extensions, as Onlooker reads them from push metadata.
 
 Each reader takes the extension's raw value and a list to append warnings to. Bad data
-never fails a delivery: the bad part is dropped and a warning says what was wrong.
+never fails a delivery: the bad part is dropped and a warning says what was wrong, quoting
+at most a short excerpt of it (warnings are stored with the delivery).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from tasks.json_safety import shown
 
 INTERACTIONS = "https://docs.nylorun.com/a2a/interactions/v1"
 EFFECTS = "https://docs.nylorun.com/a2a/effects/v1"
@@ -21,6 +24,13 @@ INTERACTION_KINDS = ("approval", "question", "connection")
 STEP_STATES = ("pending", "in_progress", "completed", "failed", "skipped")
 MAX_AGENT_STEPS = 20
 MAX_INTERACTION_ID = 200
+MAX_EFFECT_ID = 200
+# Telemetry and files/v1 values are shown on every card and tile: a trace id or a path, not
+# a document.
+MAX_FACT_CHARS = 1024
+# Counts and amounts beyond 2**53 lose precision in every JavaScript and most JSON readers;
+# no real count or cost comes near it.
+MAX_NUMBER = 2**53 - 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MISSING = object()
 
@@ -59,7 +69,7 @@ def read_interaction(value: Any, warnings: list[str]) -> OpenInteraction | None:
         return None
     if kind not in INTERACTION_KINDS:
         warnings.append(
-            f"interactions/v1: kind {kind!r} is not approval, question or connection; ignored"
+            f"interactions/v1: kind {shown(kind)} is not approval, question or connection; ignored"
         )
         return None
     prompt = value.get("prompt", "")
@@ -70,9 +80,13 @@ def read_interaction(value: Any, warnings: list[str]) -> OpenInteraction | None:
 
 
 def read_uncertain(value: Any, warnings: list[str]) -> str | None:
-    if isinstance(value, dict) and _nonempty_str(value.get("uncertain")):
-        return value["uncertain"]
-    warnings.append("effects/v1: expected {uncertain: <effect id>}; ignored")
+    effect = value.get("uncertain") if isinstance(value, dict) else None
+    if _nonempty_str(effect) and len(effect) <= MAX_EFFECT_ID:
+        return effect
+    warnings.append(
+        f"effects/v1: expected {{uncertain: <effect id of at most {MAX_EFFECT_ID} characters>}};"
+        " ignored"
+    )
     return None
 
 
@@ -93,7 +107,7 @@ def read_progress(value: Any, warnings: list[str]) -> list[dict] | None:
             continue
         state = step.get("state")
         if state not in STEP_STATES:
-            warnings.append(f"progress/v1: steps[{index}].state {state!r} shown as pending")
+            warnings.append(f"progress/v1: steps[{index}].state {shown(state)} shown as pending")
             state = "pending"
         entry = {"label": step["label"], "state": state}
         note = step.get("note")
@@ -113,19 +127,19 @@ def _count(value: Any) -> Any:
     every number as a float, so 3.0 is the count 3."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_NUMBER:
         return value
     return _INVALID
 
 
 def _amount(value: Any) -> Any:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_NUMBER:
+        return value + 0  # -0.0 is shown as "-0.0000"; + 0 makes it 0.0
     return _INVALID
 
 
 def _text(value: Any) -> Any:
-    return value if _nonempty_str(value) else _INVALID
+    return value if _nonempty_str(value) and len(value) <= MAX_FACT_CHARS else _INVALID
 
 
 def _version(value: Any) -> Any:
@@ -166,7 +180,7 @@ def _read_fields(name: str, fields: dict, value: Any, warnings: list[str]) -> di
             continue
         normalized = normalize(value[key])
         if normalized is _INVALID:
-            warnings.append(f"{name}: {key} {value[key]!r} is not valid; dropped")
+            warnings.append(f"{name}: {key} {shown(value[key])} is not valid; dropped")
         else:
             data[key] = normalized
     return data or None

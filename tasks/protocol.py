@@ -8,12 +8,13 @@ with a message that names the field.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+
+from tasks import json_safety
 
 STATES = frozenset(
     {
@@ -52,6 +53,14 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _TIMESTAMP = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
 )
+# Onlooker offsets agents' times (a microsecond before a status, minutes of clock skew when
+# syncing): a day short of each end of what a datetime holds keeps that arithmetic in range.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+class TimestampOutOfRange(ValueError):
+    """A well-formed timestamp outside EARLIEST…LATEST once in UTC."""
 
 
 class BadBody(ValueError):
@@ -182,15 +191,24 @@ def parse(raw: bytes) -> Event:
     try:
         text = raw.decode("utf-8")
         # Values must survive every store: PostgreSQL refuses NUL in text and jsonb, and
-        # non-finite numbers in jsonb.
-        body = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+        # non-finite numbers in jsonb; json_safety replaces lone surrogates and bounds depth.
+        body = json_safety.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except json_safety.TooDeep as deep:
+        raise BadBody(
+            "nested too deeply",
+            f"{deep.path} nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
+        ) from None
     except UnicodeDecodeError:
         raise BadBody("malformed body", "the body is not UTF-8 encoded JSON") from None
     except RecursionError:
-        raise BadBody("malformed JSON", "the body nests too deeply") from None
+        raise BadBody(
+            "nested too deeply",
+            f"the body nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
+        ) from None
     except ValueError as error:
         raise BadBody("malformed JSON", f"the body is not valid JSON: {error}") from None
-    if _NUL_ESCAPE.search(text):
+    # The substring test first: the regex alone costs 18 ms on a 700 KB body.
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise BadBody("malformed JSON", "strings must not contain U+0000 (NUL)")
     if not isinstance(body, dict):
         raise BadBody("not a StreamResponse", "the body must be a JSON object")
@@ -238,10 +256,11 @@ def _refuse_pre_1_0(body: dict) -> None:
         if "kind" in obj:
             raise BadBody("pre-1.0 body", f"{pre} (a 'kind' field); Onlooker accepts A2A 1.0")
         status = obj.get("status")
-        if isinstance(status, dict) and status.get("state") in PRE_1_0_STATES:
+        state = status.get("state") if isinstance(status, dict) else None
+        if isinstance(state, str) and state in PRE_1_0_STATES:
             raise BadBody(
                 "pre-1.0 body",
-                f"{pre} (state {status['state']!r}); A2A 1.0 states look like TASK_STATE_WORKING",
+                f"{pre} (state {state!r}); A2A 1.0 states look like TASK_STATE_WORKING",
             )
 
 
@@ -302,6 +321,8 @@ def _list(obj: dict, key: str, path: str) -> list:
 
 
 def parse_timestamp(value: str) -> datetime:
+    """An RFC 3339 timestamp, in UTC. ValueError if malformed; TimestampOutOfRange (a
+    ValueError) if it falls outside EARLIEST…LATEST once in UTC."""
     match = _TIMESTAMP.match(value)
     if not match:
         raise ValueError(value)
@@ -315,7 +336,13 @@ def parse_timestamp(value: str) -> datetime:
     moment = datetime(
         int(year), int(month), int(day), int(hour), int(minute), int(second), micros, tz
     )
-    return moment.astimezone(UTC)
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before the first moment a datetime holds
+        raise TimestampOutOfRange(value) from None
+    if not EARLIEST <= moment <= LATEST:
+        raise TimestampOutOfRange(value)
+    return moment
 
 
 def _status(value: Any, path: str) -> Status:
@@ -324,7 +351,7 @@ def _status(value: Any, path: str) -> Status:
     if state not in STATES:
         raise BadBody(
             "unknown state",
-            f"{path}.state {state!r} is not an A2A 1.0 task state "
+            f"{path}.state {json_safety.shown(state)} is not an A2A 1.0 task state "
             "(TASK_STATE_SUBMITTED … TASK_STATE_REJECTED; UNSPECIFIED is invalid)",
         )
     timestamp = None
@@ -332,9 +359,16 @@ def _status(value: Any, path: str) -> Status:
     if raw_ts:
         try:
             timestamp = parse_timestamp(raw_ts)
+        except TimestampOutOfRange:
+            raise BadBody(
+                "malformed field",
+                f"{path}.timestamp {json_safety.shown(raw_ts)} is out of range: Onlooker keeps "
+                f"{EARLIEST.date().isoformat()} to {LATEST.date().isoformat()} UTC",
+            ) from None
         except ValueError:
             raise BadBody(
-                "malformed field", f"{path}.timestamp {raw_ts!r} is not an RFC 3339 timestamp"
+                "malformed field",
+                f"{path}.timestamp {json_safety.shown(raw_ts)} is not an RFC 3339 timestamp",
             ) from None
     message = None
     if _given(obj.get("message")):
