@@ -3,6 +3,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, include, path
 
+from tasks.password_reset import BackgroundResetForm
+
 
 def account_urls() -> list[URLPattern]:
     """Logging in and out, changing one's password, and, only when email is configured,
@@ -25,7 +27,8 @@ def account_urls() -> list[URLPattern]:
         urls += [
             path(
                 "password_reset/",
-                auth_views.PasswordResetView.as_view(),
+                # The mail is sent after the answer: every address is answered as fast.
+                auth_views.PasswordResetView.as_view(form_class=BackgroundResetForm),
                 name="password_reset",
             ),
             path(

@@ -6,6 +6,11 @@ text, measured by the database. Messages are cut there too, so a page loads no m
 them than it shows; artifact parts are cut here, after loading, so what a page loads of
 them has a budget of its own. Every cut text has a plain-text view that shows it whole;
 earlier messages and artifact versions are one link away (`?before=`, `?artifacts_before=`).
+
+What agents wait for (interactions) has budgets of its own, since it is shown on the
+session page and, twenty at a time, on the monitoring screen: a prompt is cut in the
+database, and a detail is loaded only when it is small enough to offer choices and a link
+from; "show all" opens a question whole.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, TextField
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
-from tasks.models import Artifact, Message, Session
-from tasks.templatetags.onlooker import web_url
+from tasks.models import Artifact, Interaction, Message, Session
+from tasks.templatetags.onlooker import choices, connect_url, web_url
 
 MESSAGE_CHARS = 10_000  # of one message, on the page
 TRANSCRIPT_CHARS = 100_000  # of all the messages on one page
@@ -30,6 +35,10 @@ ARTIFACT_LIMIT = 200  # artifact versions on one page, however small
 # A version's parts are loaded whole to cut them: bound what one page loads as well.
 ARTIFACT_LOAD_CHARS = 2_000_000
 LINK_CHARS = 2_000  # a longer URL is shown cut, not linked
+PROMPT_CHARS = 4_000  # of one question's prompt, on the page
+CHOICE_CHARS = 200  # a longer choice is not offered as a button (it can still be typed)
+# A question's detail is loaded only to find its choices and link, which fit in far less.
+DETAIL_LOAD_CHARS = 20_000
 _ID = re.compile(r"[0-9]{1,18}")  # longer would overflow the database's integers
 
 
@@ -209,4 +218,43 @@ def artifact_text(version: Artifact) -> str:
             lines.append(f"{part.get('filename') or 'file'} ({size}; not shown)")
         elif part.get("data") is not None:
             lines.append(_data_text(part["data"]))
+    return "\n".join(lines) + "\n"
+
+
+def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
+    """`rows` as the page shows them, loading neither their prompts nor large details
+    whole: each with `shown_prompt` (its first PROMPT_CHARS), `prompt_length`,
+    `prompt_cut`, `offered` (the choices offered as buttons), `link` (a connection's page)
+    and `cut` (whether "show all" shows more than this). The template must not read
+    `prompt` or `detail`: they are not loaded."""
+    found = list(
+        rows.defer("prompt", "detail").annotate(
+            shown_prompt=Substr("prompt", 1, PROMPT_CHARS),
+            prompt_length=Length("prompt"),
+            detail_length=Length(Cast("detail", TextField())),
+        )
+    )
+    small = [q.pk for q in found if (q.detail_length or 0) <= DETAIL_LOAD_CHARS]
+    details = dict(Interaction.objects.filter(pk__in=small).values_list("pk", "detail"))
+    for question in found:
+        detail = details.get(question.pk)
+        offered = choices(detail)
+        question.offered = [choice for choice in offered if len(choice) <= CHOICE_CHARS]
+        link = connect_url(detail)
+        question.link = link if len(link) <= LINK_CHARS else ""
+        question.prompt_cut = question.prompt_length > PROMPT_CHARS
+        question.cut = (
+            question.prompt_cut
+            or question.pk not in details
+            or len(question.offered) < len(offered)
+            or link != question.link
+        )
+    return found
+
+
+def question_text(question: Interaction) -> str:
+    """One question in full, as plain text: what "show all" opens."""
+    lines = [question.prompt or "(no prompt)"]
+    if question.detail is not None:
+        lines += ["", f"detail: {_data_text(question.detail)}"]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from tasks import fragments
+from tasks import activity, fragments
 from tasks.models import Agent, Interaction, Session, TaskState
 
 OVERVIEW_LIMIT = 300
@@ -72,12 +72,14 @@ WAITING_LIMIT = 20
 
 def waiting(user) -> list[Interaction]:
     """The open questions of every session the user may see, oldest first: who has waited
-    longest is answered first."""
-    return list(
+    longest is answered first. Each within the page's budget (activity.questions)."""
+    return activity.questions(
         Interaction.objects.filter(
             state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING],
             task__agent__in=Agent.objects.visible_to(user),
         )
         .select_related("task__session__agent", "answered_by")
+        # The list names the session; its task's texts, as large as a push, are not shown.
+        .defer("task__status_message", "task__note", "task__plan", "task__telemetry")
         .order_by("opened_at", "id")[:WAITING_LIMIT]
     )

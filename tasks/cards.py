@@ -28,6 +28,8 @@ from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
 MAX_MARKDOWN_BYTES = 8192
 MAX_STEP_BYTES = 512
 MAX_STEPS = 50
+# Of an open question's prompt: the card is a glance; the session page shows it all.
+MAX_QUESTION_CHARS = 1_000
 STEP_STATUSES = ("pending", "in_progress", "completed", "failed", "skipped")
 
 # Invisible and bidi-control characters: zero-width, embeddings and overrides, invisible
@@ -399,7 +401,10 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
             .first()
         )
     if question is not None:
-        facts["question"] = {"kind": question.kind, "prompt": strip_invisible(question.prompt)}
+        prompt = strip_invisible(question.prompt)
+        if len(prompt) > MAX_QUESTION_CHARS:
+            prompt = prompt[:MAX_QUESTION_CHARS] + "…"
+        facts["question"] = {"kind": question.kind, "prompt": prompt}
     elif session.state in INTERRUPTED_STATES:
         # Answered in Onlooker, and the agent has not gone on yet: say who answered.
         answered = (

@@ -23,6 +23,11 @@ urlpatterns = [
     path("sessions/<int:session_id>/cancel/", views.cancel_task, name="session-cancel"),
     path("sessions/new/", views.start_session, name="session-new"),
     path(
+        "interactions/<int:interaction_id>/prompt/",
+        views.question_text,
+        name="interaction-prompt",
+    ),
+    path(
         "interactions/<int:interaction_id>/answer/",
         views.answer_interaction,
         name="answer-interaction",

@@ -129,11 +129,14 @@ def _activity(session: Session, query) -> dict:
         "earlier_artifacts": versions.earlier,
         "anchors": kept,
         "activity_query": f"?{urlencode(kept)}" if kept else "",
-        "interactions": Interaction.objects.filter(
-            task__session=session, state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING]
-        )
-        .select_related("answered_by")
-        .order_by("opened_at", "id"),
+        "interactions": activity.questions(
+            Interaction.objects.filter(
+                task__session=session,
+                state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING],
+            )
+            .select_related("answered_by")
+            .order_by("opened_at", "id")
+        ),
         "answered": Interaction.objects.filter(
             task__session=session, state=Interaction.State.ANSWERED
         )
@@ -208,6 +211,17 @@ def artifact_text(request: HttpRequest, session_id: int, artifact_id: int) -> Ht
     if version is None:
         raise Http404("No such artifact version in this session.")
     return _plain_text(activity.artifact_text(version))
+
+
+@require_GET
+@login_required
+def question_text(request: HttpRequest, interaction_id: int) -> HttpResponse:
+    """One question (its prompt and detail) in full: where its "show all" leads."""
+    try:
+        question = answers.visible(request.user, interaction_id)
+    except answers.NotFound as error:
+        raise Http404(str(error)) from None
+    return _plain_text(activity.question_text(question))
 
 
 @require_GET
