@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import broadcast, cards, profile
+from tasks import broadcast, cards, json_safety, profile
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -81,7 +81,15 @@ def apply_fetched(agent: Agent, task: dict) -> Result:
     """A task Onlooker asked the agent for (GetTask, ListTasks, a SendMessage answer),
     applied exactly as a push of the same snapshot would be, and deduplicated by content.
     Raises protocol.BadBody if the agent's answer is not a valid A2A 1.0 task."""
-    body = json.dumps({"task": task}, sort_keys=True, separators=(",", ":")).encode()
+    try:
+        body = json.dumps({"task": task}, sort_keys=True, separators=(",", ":")).encode()
+    except RecursionError:
+        # Too deep for the encoder, so far beyond what parsing keeps: refused as a push
+        # nested this deep is, rather than an error no caller expects.
+        raise p.BadBody(
+            "nested too deeply",
+            f"the task nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
+        ) from None
     event = p.parse(body)
     return _apply(agent, None, f"fetched:{hashlib.sha256(body).hexdigest()}", body, event)
 

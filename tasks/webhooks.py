@@ -1,9 +1,10 @@
 """The push receiver: `POST /a2a/push/<endpoint id>/`.
 
 Order of checks: known endpoint (404), size (413), credentials (401, before anything is
-parsed), content type (415), body (400). A refused request stores nothing but a count on the
-agent's `Refusal` row. An accepted one is committed before the 2xx goes out; one that could not
-be committed is a 503 (Standard Webhooks senders retry a 5xx), never a 2xx.
+parsed), content type (415), webhook-id (400), body (400). A refused request stores nothing
+but a count on the agent's `Refusal` row. An accepted one is committed before the 2xx goes
+out; one that could not be committed is a 503 (Standard Webhooks senders retry a 5xx), never
+a 2xx.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import broadcast, ingest, protocol
+from tasks import a2a_client, broadcast, ingest, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def handle_push(
         body = _body(headers, read_body)
         _authenticate(endpoint.agent, endpoint, headers, body)
         _check_content_type(headers)
+        _check_webhook_id(headers)
         try:
             event = protocol.parse(body)
         except protocol.BadBody as bad:
@@ -131,7 +133,7 @@ def _authenticate(
     token = headers.get("X-A2A-Notification-Token", "")
     if token and matches_digest(token, endpoint.token_digest):
         return
-    detail = "expected Authorization: Bearer <credentials> or X-A2A-Notification-Token"
+    detail = "expected Authorization: Bearer {credentials} or X-A2A-Notification-Token"
     if authorization or token:
         detail = "the push credentials do not match this endpoint"
     raise Refused(401, "unauthenticated", "unauthenticated", detail)
@@ -168,7 +170,7 @@ def _signature_problem(error: Exception) -> str:
         return "the body is not UTF-8"
     if message == "No matching signature found":
         return "no signature matched"
-    return "webhook-signature is malformed (expected space-separated v1,<base64> entries)"
+    return "webhook-signature is malformed (expected space-separated v1,{base64} entries)"
 
 
 def _check_content_type(headers: Mapping[str, str]) -> None:
@@ -182,7 +184,30 @@ def _check_content_type(headers: Mapping[str, str]) -> None:
         )
 
 
+# Printable ASCII and printable Latin-1: headers arrive decoded as Latin-1, and every id a
+# Standard Webhooks sender makes (msg_<base62>, a UUID) is printable ASCII.
+_NOT_PRINTABLE = re.compile(r"[^ -~\xa0-\xff]")
+
+
+def _check_webhook_id(headers: Mapping[str, str]) -> None:
+    """The id becomes the delivery's idempotency key: a control character in it would be kept
+    as junk, and NUL is refused by PostgreSQL on every retry (a 503 the agent retries for
+    ever). A signature over the id does not make it storable, so signed ids are checked too."""
+    bad = _NOT_PRINTABLE.search(headers.get("webhook-id") or "")
+    if bad is not None:
+        raise Refused(
+            400,
+            "malformed",
+            "bad webhook-id",
+            f"webhook-id has a character that is not printable (U+{ord(bad[0]):04X}) at "
+            f"position {bad.start()}; send printable ASCII, such as a UUID",
+        )
+
+
 def count_refusal(agent: Agent, reason: str, detail: str) -> None:
+    """Count a refusal on the agent's row. Details quote what the agent sent, and the admin
+    shows them: kept as plain text, markup dropped (so Onlooker's own details write
+    placeholders as {this}, never as <this>)."""
     log.info("push refused: agent=%s reason=%s", agent.pk, reason)
     now = timezone.now()
     with transaction.atomic():
@@ -190,7 +215,7 @@ def count_refusal(agent: Agent, reason: str, detail: str) -> None:
             agent=agent, reason=reason, defaults={"last_at": now}
         )
         Refusal.objects.filter(pk=refusal.pk).update(
-            count=F("count") + 1, last_at=now, last_detail=detail[:300]
+            count=F("count") + 1, last_at=now, last_detail=a2a_client.plain_text(detail, 300)
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -49,7 +50,7 @@ class _Server(ThreadingHTTPServer):
 class MisbehavingAgent:
     def __init__(self) -> None:
         self.requests: list[Received] = []
-        self._answer = Answer()
+        self._answer: Answer | Callable[[Received], Answer] = Answer()
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self  # type: ignore[attr-defined]
@@ -74,6 +75,11 @@ class MisbehavingAgent:
         """Answer every request from now on like this. A JSON-RPC body (a dict with
         "jsonrpc") without an "id" gets the request's id, as a real server would echo it."""
         self._answer = Answer(status, content_type, body, delay)
+
+    def answer_each(self, choose: Callable[[Received], Answer]) -> None:
+        """Answer each request from now on with what `choose` makes of it (a card for a GET,
+        a result per JSON-RPC method), for tests that need an agent to answer in turn."""
+        self._answer = choose
 
     def rpc_error(self, code: int, message: str, reason: str | None = None) -> None:
         error: dict = {"code": code, "message": message}
@@ -124,16 +130,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _respond(self, body: bytes) -> None:
         owner: MisbehavingAgent = self.server.owner  # type: ignore[attr-defined]
-        owner.requests.append(
-            Received(
-                self.command,
-                self.path,
-                {name.lower(): value for name, value in self.headers.items()},
-                body,
-                self.client_address[1],
-            )
+        received = Received(
+            self.command,
+            self.path,
+            {name.lower(): value for name, value in self.headers.items()},
+            body,
+            self.client_address[1],
         )
-        answer = owner._answer
+        owner.requests.append(received)
+        answer = owner._answer(received) if callable(owner._answer) else owner._answer
         if answer.delay and owner._closing.wait(answer.delay):
             return
         raw = answer.body

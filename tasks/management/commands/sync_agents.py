@@ -1,6 +1,10 @@
 """`python manage.py sync_agents [--since 2h|2026-11-30T10:00Z] [--agent ID]`: recover
 updates whose pushes never arrived. Safe to run on a schedule: a second run changes
-nothing."""
+nothing.
+
+One line per agent on stdout. Whatever an agent answers, every agent is synced: an agent that
+could not be synced, and each task of its list that could not be, gets a line on stderr
+naming the agent and what was wrong, and the command then exits with status 1."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from tasks.models import Agent
 
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+SHOWN_PER_AGENT = 10  # lines naming tasks that could not be synced
 
 
 def parse_since(value: str) -> datetime:
@@ -45,16 +50,27 @@ class Command(BaseCommand):
         failed = False
         for one in agents:
             report = sync.sync_agent(one, start)
+            name = f"{one.name} (#{one.pk})"
             line = (
-                f"{one.name} (#{one.pk}): {report.listed} listed, {report.fetched} fetched, "
+                f"{name}: {report.listed} listed, {report.fetched} fetched, "
                 f"{report.applied} applied"
             )
+            if report.skipped:
+                line += f", {len(report.skipped)} not synced"
             if report.errors:
-                failed = True
                 self.stderr.write(f"{line}; failed: {report.errors[-1]}")
+            elif report.skipped:
+                self.stderr.write(line)
             else:
                 self.stdout.write(line)
+            failed = failed or bool(report.errors or report.skipped)
+            # An agent may list thousands of broken tasks: the first few say what is wrong.
+            for problem in report.skipped[:SHOWN_PER_AGENT]:
+                self.stderr.write(f"{name}: {problem}")
+            if len(report.skipped) > SHOWN_PER_AGENT:
+                more = len(report.skipped) - SHOWN_PER_AGENT
+                self.stderr.write(f"{name}: and {more} more tasks not synced")
             for warning in report.warnings:
-                self.stderr.write(f"{one.name} (#{one.pk}): {warning}")
+                self.stderr.write(f"{name}: {warning}")
         if failed:
             raise CommandError("some agents could not be synced (see above)")
