@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from tasks.models import (
     Agent,
@@ -23,6 +24,13 @@ from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
 
 LONE = "\ud800"
+
+# PostgreSQL's jsonb refuses a lone surrogate escape, so no version of Onlooker could store
+# one there: what these tests guard against exists only in SQLite databases.
+pytestmark = pytest.mark.skipif(
+    connection.vendor == "postgresql",
+    reason="PostgreSQL refuses lone surrogates in jsonb: such rows cannot exist there",
+)
 
 
 def tainted(value: Any) -> Any:
