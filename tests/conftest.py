@@ -16,6 +16,7 @@ from standardwebhooks import Webhook
 from tasks.agents import new_endpoint, new_signing_secret
 from tasks.broadcast import coalescer
 from tasks.models import Agent, PushEndpoint
+from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -141,3 +142,12 @@ def push(client, registered: RegisteredAgent, body, *, msg_id: str | None = None
     extra.update(headers)
     content_type = extra.pop("content_type", "application/json")
     return client.post(registered.path, raw, content_type=content_type, **extra)
+
+
+@pytest.fixture
+def agent_stub():
+    """A loopback agent that takes every message (SendMessage answers ACCEPTED) and records
+    the calls it gets."""
+    with MisbehavingAgent() as stub:
+        stub.answer(ACCEPTED)
+        yield stub

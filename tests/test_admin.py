@@ -29,6 +29,30 @@ def change_url(agent: Agent) -> str:
     return f"/admin/tasks/agent/{agent.pk}/change/"
 
 
+def save_change_page(admin_client, agent: Agent, *, name: str) -> None:
+    """The agent's change form saved as a person would: its one endpoint kept active."""
+    endpoint = agent.endpoints.get()
+    response = admin_client.post(
+        change_url(agent),
+        {
+            "name": name,
+            "team": str(agent.team_id or ""),
+            "endpoints-TOTAL_FORMS": "1",
+            "endpoints-INITIAL_FORMS": "1",
+            "endpoints-MIN_NUM_FORMS": "0",
+            "endpoints-MAX_NUM_FORMS": "1000",
+            "endpoints-0-id": str(endpoint.pk),
+            "endpoints-0-agent": str(agent.pk),
+            "endpoints-0-active": "on",
+            "refusals-TOTAL_FORMS": "0",
+            "refusals-INITIAL_FORMS": "0",
+            "refusals-MIN_NUM_FORMS": "0",
+            "refusals-MAX_NUM_FORMS": "1000",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+
+
 def shown_secrets(response) -> dict[str, str]:
     """The name → value rows of the secrets-once page."""
     rows = re.findall(
@@ -212,26 +236,8 @@ def test_rotating_several_agents_at_once_is_refused(admin_client, signed_agent):
 
 
 def test_saving_the_change_page_keeps_the_secrets(admin_client, client, signed_agent):
-    agent, endpoint = signed_agent.agent, signed_agent.endpoint
-    response = admin_client.post(
-        change_url(agent),
-        {
-            "name": "Renamed",
-            "team": "",
-            "endpoints-TOTAL_FORMS": "1",
-            "endpoints-INITIAL_FORMS": "1",
-            "endpoints-MIN_NUM_FORMS": "0",
-            "endpoints-MAX_NUM_FORMS": "1000",
-            "endpoints-0-id": str(endpoint.pk),
-            "endpoints-0-agent": str(agent.pk),
-            "endpoints-0-active": "on",
-            "refusals-TOTAL_FORMS": "0",
-            "refusals-INITIAL_FORMS": "0",
-            "refusals-MIN_NUM_FORMS": "0",
-            "refusals-MAX_NUM_FORMS": "1000",
-        },
-    )
-    assert response.status_code == 302, response.content.decode()[-2000:]
+    agent = signed_agent.agent
+    save_change_page(admin_client, agent, name="Renamed")
     agent.refresh_from_db()
     assert agent.name == "Renamed"
     assert agent.signing_secret == signed_agent.secret

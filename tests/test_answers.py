@@ -39,13 +39,6 @@ def alice_approves(ops, approvers) -> Client:
     return person("alice", ops, approvers)
 
 
-@pytest.fixture
-def agent_stub():
-    with MisbehavingAgent() as stub:
-        stub.answer(ACCEPTED)
-        yield stub
-
-
 def waiting_interaction(agent_stub, ops, body=None) -> Interaction:
     """An agent (its JSON-RPC URL the stub's) waiting for an approval of ops' team."""
     registered = make_agent(team=ops)

@@ -13,31 +13,12 @@ from django.test import Client
 from tasks.models import Agent, SessionView
 from tests.builders import status
 from tests.conftest import make_agent, push
+from tests.test_admin import save_change_page
 from tests.test_live import ORIGIN, cookie_for, socket
 
 
 def rename(admin_client: Client, agent: Agent, name: str) -> None:
-    """The admin's change form, posted as a person saving it."""
-    endpoint = agent.endpoints.get()
-    response = admin_client.post(
-        f"/admin/tasks/agent/{agent.pk}/change/",
-        {
-            "name": name,
-            "team": str(agent.team_id or ""),
-            "endpoints-TOTAL_FORMS": "1",
-            "endpoints-INITIAL_FORMS": "1",
-            "endpoints-MIN_NUM_FORMS": "0",
-            "endpoints-MAX_NUM_FORMS": "1000",
-            "endpoints-0-id": str(endpoint.pk),
-            "endpoints-0-agent": str(agent.pk),
-            "endpoints-0-active": "on",
-            "refusals-TOTAL_FORMS": "0",
-            "refusals-INITIAL_FORMS": "0",
-            "refusals-MIN_NUM_FORMS": "0",
-            "refusals-MAX_NUM_FORMS": "1000",
-        },
-    )
-    assert response.status_code == 302, response.content.decode()[-2000:]
+    save_change_page(admin_client, agent, name=name)
 
 
 def tile_meta(html: str) -> list[str]:

@@ -14,15 +14,7 @@ from tasks import profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, push
-from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 from tests.test_answers import answer, person
-
-
-@pytest.fixture
-def agent_stub():
-    with MisbehavingAgent() as stub:
-        stub.answer(ACCEPTED)
-        yield stub
 
 
 @pytest.fixture

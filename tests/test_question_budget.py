@@ -16,17 +16,9 @@ from tasks import profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, member, push
-from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
 BIG = 900 * 1024
 PAGE_LIMIT = 50_000  # bytes of any one page or fragment while a 900 KB question waits
-
-
-@pytest.fixture
-def agent_stub():
-    with MisbehavingAgent() as stub:
-        stub.answer(ACCEPTED)
-        yield stub
 
 
 @pytest.fixture
