@@ -86,7 +86,9 @@ def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
             allowed = " or ".join(f"'{n}'" for n in CHOICES[kind])
             raise AnswerError(f"decision must be {allowed} for a {kind}")
         return Decision(approved=CHOICES[kind][name])
-    value = form.get("value", "")
+    # A clicked choice button names itself apart from the text box, so the choice is what was
+    # meant even when the box holds text (or nothing).
+    value = form.get("choice") if "choice" in form else form.get("value", "")
     if not isinstance(value, str) or not value.strip():
         raise AnswerError("write an answer first: value must not be empty")
     if "\x00" in value:

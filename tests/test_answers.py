@@ -142,8 +142,8 @@ def test_a_question_is_answered_with_its_text(alice_approves, agent_stub, ops):
         agent_stub, ops, status("INPUT_REQUIRED", at=1, metadata=question)
     )
     page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
-    assert 'name="value" value="eu"' in page and 'name="value" value="us"' in page
-    assert answer(alice_approves, interaction, value="eu")[0] == 200
+    assert 'name="choice" value="eu"' in page and 'name="choice" value="us"' in page
+    assert answer(alice_approves, interaction, choice="eu", value="")[0] == 200
     [message] = sent_messages(agent_stub)
     assert message["metadata"][profile.INTERACTIONS] == {"interactionId": "q-1", "value": "eu"}
 

@@ -82,7 +82,7 @@ def test_a_900_kb_prompt_is_cut_on_every_page_and_shown_whole_one_link_away(
         assert "(end of the prompt)" not in page, url
         # The answer form is as it was: the same fields, the choices as buttons.
         assert f'action="/interactions/{question.pk}/answer/"' in page, url
-        assert 'name="value" value="eu"' in page and 'name="value" value="us"' in page, url
+        assert 'name="choice" value="eu"' in page and 'name="choice" value="us"' in page, url
         assert f'<textarea id="answer-{question.pk}" name="value"' in page, url
         link = show_all_link(page, question)
 
@@ -128,7 +128,7 @@ def test_long_choices_and_links_stay_off_the_page_and_short_ones_work(approver, 
     for url, page in shown.items():
         if url == "/":
             page = page.split("data-waiting", 1)[1]  # the waiting list, not the tiles
-        assert 'name="value" value="short"' in page, url
+        assert 'name="choice" value="short"' in page, url
         assert "choice 0 ccc" not in page, url
         assert "https://far.example/" not in page, url
         assert 'href="https://near.example/connect"' in page, url
