@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
+from tasks.json_safety import cut
 from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
 
 MAX_MARKDOWN_BYTES = 8192
@@ -401,9 +402,7 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
             .first()
         )
     if question is not None:
-        prompt = strip_invisible(question.prompt)
-        if len(prompt) > MAX_QUESTION_CHARS:
-            prompt = prompt[:MAX_QUESTION_CHARS] + "…"
+        prompt = cut(strip_invisible(question.prompt), MAX_QUESTION_CHARS)
         facts["question"] = {"kind": question.kind, "prompt": prompt}
     elif session.state in INTERRUPTED_STATES:
         # Answered in Onlooker, and the agent has not gone on yet: say who answered.
