@@ -12,6 +12,7 @@ from channels.layers import get_channel_layer
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
+from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -137,10 +138,13 @@ def _activity(session: Session, query) -> dict:
             .select_related("answered_by")
             .order_by("opened_at", "id")
         ),
+        # The list shows 120 characters of each prompt: load no more (a prompt can be 1 MB).
         "answered": Interaction.objects.filter(
             task__session=session, state=Interaction.State.ANSWERED
         )
         .select_related("answered_by")
+        .defer("prompt", "detail")
+        .annotate(shown_prompt=Substr("prompt", 1, 121))
         .order_by("-answered_at")[:50],
         "working_task": session.tasks.exclude(state__in=TERMINAL_STATES)
         .order_by("-status_received_at", "-id")

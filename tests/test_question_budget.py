@@ -93,7 +93,9 @@ def test_a_900_kb_prompt_is_cut_on_every_page_and_shown_whole_one_link_away(
 
     # The form still answers the question.
     response = approver.post(
-        f"/interactions/{question.pk}/answer/", {"value": "eu"}, HTTP_ACCEPT="application/json"
+        f"/interactions/{question.pk}/answer/",
+        {"choice": "eu", "value": ""},
+        HTTP_ACCEPT="application/json",
     )
     assert response.status_code == 200
     [params] = agent_stub.calls("SendMessage")
@@ -101,6 +103,18 @@ def test_a_900_kb_prompt_is_cut_on_every_page_and_shown_whole_one_link_away(
         "interactionId": "q-1",
         "value": "eu",
     }
+
+    # Answered, it is listed under "Answers": still within the budget, its prompt cut.
+    for url in (
+        f"/sessions/{question.task.session_id}/",
+        f"/sessions/{question.task.session_id}/activity/",
+    ):
+        answered = approver.get(url)
+        assert len(answered.content) < PAGE_LIMIT, (url, len(answered.content))
+        [item] = re.findall(
+            rf'<li data-answered-interaction="{question.pk}">(.*?)</li>', answered.content.decode()
+        )
+        assert "Which region? ppp" in item and "(end of the prompt)" not in item
 
 
 def test_long_choices_and_links_stay_off_the_page_and_short_ones_work(approver, team_agent):
