@@ -96,8 +96,8 @@ class LiveServer:
         env = clean_environment(
             DATABASE_URL=child_database_url(),
             SECRET_KEY=settings.SECRET_KEY,
-            # Explicit: with DATABASE_URL set, DEBUG would default to off.
-            DEBUG="1",
+            # As people run it: DEBUG is off by default (its error pages differ, and leak).
+            DEBUG="0",
             ALLOWED_HOSTS="127.0.0.1,localhost",
             ONLOOKER_DATA_DIR=str(self.data_dir),
             ONLOOKER_PUBLIC_URL=self.url,
