@@ -67,3 +67,13 @@ def wait_until_listening(
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"the server did not accept connections within {timeout} s:\n{log()}")
+
+
+def stop(process: subprocess.Popen, *, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers
 
-from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
+from tests.processes import clean_environment, free_port, start_daphne, stop, wait_until_listening
 
 
 @pytest.fixture
@@ -90,12 +90,7 @@ def serve(tmp_path):
 
     yield start
     for process in processes:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def test_healthz_names_the_database_when_it_is_unreachable(serve):

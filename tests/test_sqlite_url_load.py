@@ -16,7 +16,14 @@ import pytest
 
 from tests.builders import status
 from tests.conftest import sign_headers
-from tests.processes import ROOT, clean_environment, free_port, start_daphne, wait_until_listening
+from tests.processes import (
+    ROOT,
+    clean_environment,
+    free_port,
+    start_daphne,
+    stop,
+    wait_until_listening,
+)
 
 PUSHERS = 8
 PUSHES_EACH = 25
@@ -114,12 +121,7 @@ def server(tmp_path):
         wait_until_listening(process, port, timeout=30, log=log.read_text)
         yield f"http://127.0.0.1:{port}", registration, database, log
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def test_concurrent_pushes_and_card_writes_on_a_sqlite_url_never_fail(server):
