@@ -86,10 +86,10 @@ class JsPeer:
         interactions/v1 metadata, or None)."""
         return [m for m in self._get("/test/received") if task_id in (None, m["taskId"])]
 
-    def pushes(self) -> list[dict]:
+    def pushes(self, task_id: str | None = None) -> list[dict]:
         """Every push the agent sent: key (`sha256:` of the body, as a receiver derives it),
-        kind, state, and the HTTP status it was answered with (None until answered)."""
-        return self._get("/test/pushes")
+        kind, taskId, state, and the HTTP status it was answered with (None until answered)."""
+        return [p for p in self._get("/test/pushes") if task_id in (None, p["taskId"])]
 
     def release(self) -> None:
         """Let held follow-ups go on (started with `hold=True`)."""

@@ -20,7 +20,8 @@
 //
 // For tests: GET /test/received lists every follow-up message (its messageId, taskId, text
 // and interactions/v1 answer); GET /test/pushes lists every push with its idempotency key as
-// a receiver derives it (sha256 of the body), its kind, state and HTTP status once answered.
+// a receiver derives it (sha256 of the body), its kind, task, state and HTTP status once
+// answered.
 
 import { createHash, randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
@@ -98,8 +99,13 @@ function statusUpdate(context, state, text, metadata) {
 }
 
 function ask(context, text) {
-  const question = { interactionId: interactionId(context.taskId), kind: "approval", prompt: PROMPT };
-  return statusUpdate(context, TaskState.TASK_STATE_AUTH_REQUIRED, text, { [INTERACTIONS]: question });
+  const question = {
+    interactionId: interactionId(context.taskId),
+    kind: "approval",
+    prompt: PROMPT,
+  };
+  const metadata = { [INTERACTIONS]: question };
+  return statusUpdate(context, TaskState.TASK_STATE_AUTH_REQUIRED, text, metadata);
 }
 
 function textOf(message) {
@@ -110,44 +116,59 @@ function textOf(message) {
 }
 
 class ApprovalExecutor {
+  contexts = new Map(); // taskId → contextId, for cancelTask (which is given only the task id)
+
   async execute(context, bus) {
+    this.contexts.set(context.taskId, context.contextId);
     if (context.task === undefined) {
       bus.publish(
         AgentEvent.task({
           id: context.taskId,
           contextId: context.contextId,
-          status: { state: TaskState.TASK_STATE_SUBMITTED, message: undefined, timestamp: new Date().toISOString() },
+          status: {
+            state: TaskState.TASK_STATE_SUBMITTED,
+            message: undefined,
+            timestamp: new Date().toISOString(),
+          },
           artifacts: [],
           history: [context.userMessage],
           metadata: undefined,
         }),
       );
-      bus.publish(statusUpdate(context, TaskState.TASK_STATE_WORKING, "Drafting the release notes"));
+      bus.publish(statusUpdate(context, TaskState.TASK_STATE_WORKING, "Drafting the notes"));
       bus.publish(ask(context, PROMPT));
       return;
     }
     const message = context.userMessage;
     const answer = message.metadata?.[INTERACTIONS];
-    received.push({ messageId: message.messageId, taskId: context.taskId, text: textOf(message), answer: answer ?? null });
+    received.push({
+      messageId: message.messageId,
+      taskId: context.taskId,
+      text: textOf(message),
+      answer: answer ?? null,
+    });
 
     // The task as it stands, unchanged: the contract's first event of every call.
     bus.publish(AgentEvent.task(context.task));
     if (options.hold) {
       await Promise.race([released, sleep(HOLD_LIMIT_MS)]);
     }
-    const approved = answer?.interactionId === interactionId(context.taskId) ? answer.approved : undefined;
+    const ours = answer?.interactionId === interactionId(context.taskId);
+    const approved = ours ? answer.approved : undefined;
     bus.publish(statusUpdate(context, TaskState.TASK_STATE_WORKING, "Working on it"));
     if (approved === true) {
-      bus.publish(statusUpdate(context, TaskState.TASK_STATE_COMPLETED, "Published the release notes"));
+      bus.publish(statusUpdate(context, TaskState.TASK_STATE_COMPLETED, "Published the notes"));
     } else if (approved === false) {
-      bus.publish(statusUpdate(context, TaskState.TASK_STATE_REJECTED, "Not published: the approval was denied"));
+      const text = "Not published: the approval was denied";
+      bus.publish(statusUpdate(context, TaskState.TASK_STATE_REJECTED, text));
     } else {
       bus.publish(ask(context, `A text reply is not an approval. ${PROMPT}`));
     }
   }
 
   async cancelTask(taskId, bus) {
-    bus.publish(statusUpdate({ taskId, contextId: "" }, TaskState.TASK_STATE_CANCELED, "Cancelled"));
+    const context = { taskId, contextId: this.contexts.get(taskId) ?? "" };
+    bus.publish(statusUpdate(context, TaskState.TASK_STATE_CANCELED, "Cancelled"));
   }
 }
 
@@ -173,6 +194,7 @@ globalThis.fetch = async (url, init) => {
   const record = {
     key: `sha256:${createHash("sha256").update(init.body).digest("hex")}`,
     kind,
+    taskId: body[kind].taskId ?? body[kind].id,
     state: body[kind].status?.state ?? null,
     url: String(url),
     status: null,
@@ -188,12 +210,19 @@ const card = {
   description: "Drafts release notes and asks for approval before publishing them.",
   version: "1.0.0",
   supportedInterfaces: [
-    { url: `http://127.0.0.1:${port}${RPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: "1.0", tenant: "" },
+    {
+      url: `http://127.0.0.1:${port}${RPC_PATH}`,
+      protocolBinding: "JSONRPC",
+      protocolVersion: "1.0",
+      tenant: "",
+    },
   ],
   capabilities: {
     streaming: false,
     pushNotifications: true,
-    extensions: [{ uri: INTERACTIONS, description: "Asks for approvals", required: false, params: undefined }],
+    extensions: [
+      { uri: INTERACTIONS, description: "Asks for approvals", required: false, params: undefined },
+    ],
   },
   securitySchemes: {},
   securityRequirements: [],
@@ -227,7 +256,10 @@ const handler = new DefaultRequestHandler(
 
 const app = express();
 app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: handler }));
-app.use(RPC_PATH, jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
+app.use(
+  RPC_PATH,
+  jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }),
+);
 app.get("/test/received", (req, res) => res.json(received));
 app.get("/test/pushes", (req, res) => res.json(pushes));
 app.post("/test/release", (req, res) => {
