@@ -120,6 +120,10 @@ class ApprovalExecutor {
 
   async execute(context, bus) {
     this.contexts.set(context.taskId, context.contextId);
+    // Echoed in the response's A2A-Extensions header: the client asked for it, we speak it.
+    if (context.context.requestedExtensions?.includes(INTERACTIONS)) {
+      context.context.addActivatedExtension(INTERACTIONS);
+    }
     if (context.task === undefined) {
       bus.publish(
         AgentEvent.task({
