@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from tasks import a2a_client, broadcast, fragments
@@ -283,3 +283,20 @@ def restore_fragments(agent_id: int) -> int:
             broadcast.session_changed(session, team_id=session.agent.team_id)
             stored += 1
     return stored
+
+
+def record_echo(agent: object, activated: list[str]) -> None:
+    """Keep which extensions the agent activated on its latest answer (a2a_client.on_echo).
+    Only these two fields are written, so a concurrent save of the agent keeps its own; a
+    failure to store it never fails the call it came with."""
+    if not isinstance(agent, Agent) or agent.pk is None:
+        return  # an address that is not a registered agent (discovery, tests)
+    now = timezone.now()
+    try:
+        Agent.objects.filter(pk=agent.pk).update(
+            activated_extensions=activated, extensions_echoed_at=now
+        )
+    except DatabaseError:
+        log.warning("agent %s: could not record the extensions it echoed", agent.pk)
+        return
+    agent.activated_extensions, agent.extensions_echoed_at = activated, now
