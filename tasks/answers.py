@@ -255,12 +255,15 @@ class Sent:
     queued: bool
     replied: bool = False  # the agent answered with a message (now in the transcript)
     answered_question: bool = False  # the message went to the task that waited for input
+    unreadable: bool = False  # its reply is not an A2A 1.0 message (not kept)
 
     @property
     def state(self) -> str:
         return "replied" if self.replied else "queued" if self.queued else "sent"
 
     def describe(self) -> str:
+        if self.replied and self.unreadable:
+            return "The agent took it and replied with a message Onlooker cannot read."
         if self.replied:
             return "The agent replied: see the transcript."
         if self.queued:
@@ -320,8 +323,10 @@ def parse_message(form: dict[str, Any]) -> Composed:
 
 def send_message(user, session_pk: int, composed: Composed) -> Sent:
     """A message from a person in the session's conversation. When the newest task waits for
-    input, the message answers it (same task, same context: the A2A lifecycle); otherwise it
-    starts work: a new task, a queued one when the agent is busy, or just the agent's reply."""
+    input, the message answers it (same task, same context: the A2A lifecycle), through
+    `answer` when the agent asked a question there, so a question gets one answer whether it
+    comes from its form or the composer. Otherwise it starts work: a new task, a queued one
+    when the agent is busy, or just the agent's reply."""
     session = _visible_session(user, session_pk)
     waiting = waiting_task(session)
     if composed.reply_to and (waiting is None or waiting.task_id != composed.reply_to):
@@ -329,17 +334,36 @@ def send_message(user, session_pk: int, composed: Composed) -> Sent:
             "The agent no longer waits for that reply (the task moved on); nothing was sent. "
             "Reload the page to see where it is."
         )
+    question = _question(waiting) if waiting is not None else None
+    if question is not None:
+        if composed.links:
+            raise AnswerError(
+                "links cannot go with an answer to the agent's question: answer it, then send "
+                "the links in a message of their own"
+            )
+        answer(user, question, Decision(value=composed.text))
+        return Sent(task_id=waiting.task_id, queued=False, answered_question=True)
     busy = set(session.tasks.exclude(state__in=TERMINAL_STATES).values_list("task_id", flat=True))
     result = _start_work(
         session.agent, composed, context_id=session.context_id,
         task_id=waiting.task_id if waiting else None,
     )  # fmt: skip
     if "message" in result:
-        return Sent(task_id="", queued=False, replied=True)
+        return Sent(task_id="", queued=False, replied=True, unreadable=result["unreadable"])
     task_id = str(result["task"].get("id", ""))
     if waiting is not None and task_id == waiting.task_id:
         return Sent(task_id=task_id, queued=False, answered_question=True)
     return Sent(task_id=task_id, queued=bool(busy - {task_id}))
+
+
+def _question(task: Task) -> Interaction | None:
+    """The question a waiting task asks (the newest not closed), as `answer` takes it."""
+    return (
+        task.interactions.exclude(state=Interaction.State.CLOSED)
+        .select_related("task__session__agent", "answered_by")
+        .order_by("-opened_at", "-id")
+        .first()
+    )
 
 
 def start_session(user, agent_pk: int, composed: Composed) -> Session:
@@ -387,8 +411,19 @@ def _start_work(
     if context_id and not message.get("contextId"):
         # Its reply in the conversation it was sent in, where the person reads it.
         message = {**message, "contextId": context_id}
-    _apply_answer(agent, message, kind="message")
-    return {"message": message}
+    # No task carries the person's message back in its history: it is kept with the reply.
+    sent = {
+        "messageId": f"onlooker-message-{composed.message_id}",
+        "role": "ROLE_USER",
+        "parts": [{"text": composed.text}, *composed.links],
+    }
+    if message.get("contextId"):
+        sent["contextId"] = message["contextId"]
+    if task_id:
+        sent["taskId"] = task_id
+    _apply_answer(agent, sent, kind="message")
+    readable = _apply_answer(agent, message, kind="message")
+    return {"message": message, "unreadable": not readable}
 
 
 def cancel(user, session_pk: int, task_id: str) -> str:
@@ -407,9 +442,9 @@ def cancel(user, session_pk: int, task_id: str) -> str:
     return f"The agent says the task is now {label}."
 
 
-def _apply_answer(agent: Agent, answered: dict, *, kind: str = "task") -> None:
+def _apply_answer(agent: Agent, answered: dict, *, kind: str = "task") -> bool:
     """What the agent answered is news about the session: apply it like a push would be, so
-    the page shows it without waiting for one."""
+    the page shows it without waiting for one. False when Onlooker cannot read it."""
     try:
         if kind == "message":
             ingest.apply_fetched_message(agent, answered)
@@ -417,3 +452,5 @@ def _apply_answer(agent: Agent, answered: dict, *, kind: str = "task") -> None:
             ingest.apply_fetched(agent, answered)
     except protocol.BadBody as bad:
         log.warning("agent %s answered a %s Onlooker cannot read: %s", agent.pk, kind, bad.detail)
+        return False
+    return True

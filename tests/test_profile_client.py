@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from tasks import profile
-from tasks.models import Agent, Delivery, Message, PushEndpoint, Session, Task
+from tasks.models import Agent, Delivery, Interaction, Message, PushEndpoint, Session, Task
 from tests.builders import status
 from tests.conftest import make_agent, push
 from tests.peers.misbehaving_agent import MisbehavingAgent
@@ -145,8 +145,12 @@ def test_a_message_the_agent_answers_with_is_in_the_transcript(stub_session, ali
     assert data["detail"] == "The agent replied: see the transcript."
     kept = Message.objects.get(message_id="reply-1")
     assert (kept.session, kept.role) == (session, "ROLE_AGENT")
+    # No task brings the person's message back: it is kept with the reply, before it.
+    asked = Message.objects.get(message_id="onlooker-message-0123456789ab")
+    assert (asked.session, asked.role, asked.text) == (session, "ROLE_USER", "Go on")
+    assert (asked.at, asked.pk) < (kept.at, kept.pk)
     # Kept by ingest, the transcript's one writer, with the delivery log as for a push.
-    assert Delivery.objects.filter(kind="message", agent=registered.agent).count() == 1
+    assert Delivery.objects.filter(kind="message", agent=registered.agent).count() == 2
     assert "Nothing to do: the changelog is already drafted." in page(alice_approver, session)
     # The same answer again (a retried submit) is the same transcript line.
     send(alice_approver, session)
@@ -179,6 +183,37 @@ def test_the_composer_answers_the_task_that_waits_for_input(stub_session, alice_
     assert message["parts"] == [{"text": "main"}]
     # The task already reports to Onlooker: no second push config for it.
     assert "taskPushNotificationConfig" not in params["configuration"]
+    # It answered the agent's question, once: its form and the composer cannot answer again.
+    question = Interaction.objects.get(task__task_id="task-1")
+    assert (question.state, question.answer) == ("answered", {"value": "main"})
+    code, data = send(alice_approver, session, text="develop", reply_to="task-1")
+    assert code == 409 and "Already answered" in data["detail"]
+    assert len(stub.calls("SendMessage")) == 1
+
+
+def test_a_reply_to_a_question_carries_no_links(stub_session, alice_approver):
+    stub, session, registered = stub_session
+    registered.push(status("INPUT_REQUIRED", at=2, text="Which branch?", message_id="ask-1"))
+    code, data = send(alice_approver, session, reply_to="task-1", links="https://example.com/")
+    assert code == 400 and "links cannot go with an answer" in data["detail"]
+    assert stub.calls("SendMessage") == []
+
+
+def test_a_new_session_the_agent_answers_with_a_message_opens_on_its_reply(
+    stub_session, alice_approver
+):
+    stub, session, _ = stub_session
+    reply = {"messageId": "r-9", "role": "ROLE_AGENT", "contextId": "ctx-new",
+             "parts": [{"text": "Hello! What should we plan?"}]}  # fmt: skip
+    stub.answer({"jsonrpc": "2.0", "result": {"message": reply}})
+    response = alice_approver.post(
+        "/sessions/new/", {"agent": session.agent_id, **FORM, "text": "Plan the launch"}
+    )
+    opened = Session.objects.get(context_id="ctx-new")
+    assert response.status_code == 302 and response["Location"] == f"/sessions/{opened.pk}/"
+    assert opened.title == "Plan the launch"
+    shown = page(alice_approver, opened)
+    assert "Plan the launch" in shown and "Hello! What should we plan?" in shown
 
 
 def test_a_reply_to_a_question_no_longer_asked_is_refused(stub_session, alice_approver):
