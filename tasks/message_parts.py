@@ -1,10 +1,11 @@
 """A transcript message's parts other than text (A2A 1.0 `url`, `raw` and `data` parts): what
 is kept of them and how they are offered, in and out.
 
-Kept bounded, whatever the agent sends: a raw part's bytes up to MAX_RAW_BYTES (beyond that,
-only its name, type and size, and the page says it was too large), a data part's JSON up to
-MAX_DATA_CHARS, at most MAX_PARTS of them per message. What the page shows (`shown`) is kept
-apart from a raw part's bytes (`files`), which only its download loads. Agent-given names and
+Kept bounded, whatever the agent sends: a raw part's bytes up to MAX_RAW_BYTES, and
+MAX_MESSAGE_BYTES for a message's files together (beyond that, only a file's name, type and
+size, and the page says why it was not kept); a data part's JSON up to MAX_DATA_CHARS, and
+MAX_SHOWN_CHARS of URLs and JSON per message; at most MAX_PARTS parts. What the page shows is
+kept apart from a raw part's bytes (`files`), which only its download loads. Agent-given names and
 media types are plain text (a2a_client.plain_text); a URL is a link only when it is http(s).
 
 People's links go out as url parts (`links_from_form`): http(s) only, short, a few.
@@ -17,6 +18,7 @@ import binascii
 import json
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +27,7 @@ from tasks import protocol as p
 
 MAX_PARTS = 20  # non-text parts kept per message
 MAX_RAW_BYTES = 1_000_000  # decoded bytes of one raw part kept for download
+MAX_MESSAGE_BYTES = 2_000_000  # of all a message's raw parts together
 MAX_DATA_CHARS = 4_000  # of one data part's JSON, as shown
 # Of all a message's shown parts together (URLs and JSON): the session page budgets them
 # with the message's text (tasks/activity.py).
@@ -85,7 +88,7 @@ def _data_json(data: Any) -> str:
     )
 
 
-def _raw(part: p.Part, files: list[str]) -> dict:
+def _raw(part: p.Part, files: list[str], room: int) -> dict:
     shown: dict[str, Any] = {
         "kind": "file",
         "filename": _name(part.filename) or "file",
@@ -105,6 +108,9 @@ def _raw(part: p.Part, files: list[str]) -> dict:
     if len(content) > MAX_RAW_BYTES:
         shown["note"] = "too large to keep (over 1 MB)"
         return shown
+    if len(content) > room:
+        shown["note"] = "not kept: the message's other files took the room (2 MB in all)"
+        return shown
     shown["file"] = len(files)
     files.append(base64.b64encode(content).decode("ascii"))
     return shown
@@ -115,7 +121,7 @@ def kept(parts: Iterable[p.Part]) -> tuple[list[dict], list[str]]:
     shown: list[dict] = []
     files: list[str] = []
     others = [part for part in parts if part.text is None]
-    room = MAX_SHOWN_CHARS
+    room, file_room = MAX_SHOWN_CHARS, MAX_MESSAGE_BYTES
     for index, part in enumerate(others):
         if index == MAX_PARTS or room <= 0:
             shown.append({"kind": "more", "count": len(others) - index})
@@ -133,7 +139,9 @@ def kept(parts: Iterable[p.Part]) -> tuple[list[dict], list[str]]:
                 }
             )
         elif part.raw is not None:
-            shown.append(_raw(part, files))
+            shown.append(_raw(part, files, file_room))
+            if "file" in shown[-1]:
+                file_room -= shown[-1]["size"]
         elif part.data is not None:
             text = _data_json(part.data)
             limit = min(MAX_DATA_CHARS, room)
@@ -142,10 +150,31 @@ def kept(parts: Iterable[p.Part]) -> tuple[list[dict], list[str]]:
     return shown, files
 
 
-def download_type(media_type: str) -> str:
-    """The Content-Type a raw part is served with: its own only when allow-listed."""
-    media_type = media_type.split(";")[0].strip().lower()
-    return media_type if media_type in SAFE_MEDIA_TYPES else "application/octet-stream"
+@dataclass(frozen=True)
+class Download:
+    content: bytes
+    content_type: str  # its own only when allow-listed, else application/octet-stream
+    filename: str
+
+
+def download(parts: Any, files: Any, index: int) -> Download | None:
+    """The raw part kept as `files[index]` of a message, or None when it has none such."""
+    shown = next(
+        (
+            part
+            for part in (parts if isinstance(parts, list) else [])
+            if isinstance(part, dict) and part.get("kind") == "file" and part.get("file") == index
+        ),
+        None,
+    )
+    if shown is None or not isinstance(files, list) or not 0 <= index < len(files):
+        return None
+    media_type = str(shown.get("mediaType") or "").split(";")[0].strip().lower()
+    return Download(
+        content=base64.b64decode(files[index]),
+        content_type=media_type if media_type in SAFE_MEDIA_TYPES else "application/octet-stream",
+        filename=str(shown.get("filename") or "file"),
+    )
 
 
 def links_from_form(raw: str) -> list[dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import uuid
 from urllib.parse import urlencode
@@ -228,20 +227,12 @@ def message_file(
     at Onlooker's origin, and typed as itself only when that type is harmless."""
     session = _visible_session(request, session_id)
     message = session.messages.filter(pk=message_id).only("parts", "files").first()
-    part = next(
-        (
-            p
-            for p in (message.parts if message is not None else [])
-            if isinstance(p, dict) and p.get("kind") == "file" and p.get("file") == file_index
-        ),
-        None,
-    )
-    if part is None or not 0 <= file_index < len(message.files):
+    found = message_parts.download(message.parts, message.files, file_index) if message else None
+    if found is None:
         raise Http404("No such file in this message.")
-    content = base64.b64decode(message.files[file_index])
-    response = HttpResponse(content, content_type=message_parts.download_type(part["mediaType"]))
+    response = HttpResponse(found.content, content_type=found.content_type)
     response["Content-Disposition"] = content_disposition_header(
-        as_attachment=True, filename=part["filename"] or "file"
+        as_attachment=True, filename=found.filename
     )
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"

@@ -132,6 +132,28 @@ def test_a_file_over_the_cap_keeps_its_name_and_says_too_large(ops, alice, monke
     assert "/files/" not in shown
 
 
+def test_a_messages_files_and_data_are_bounded_together(ops, alice, monkeypatch):
+    monkeypatch.setattr(message_parts, "MAX_RAW_BYTES", 1_000)
+    monkeypatch.setattr(message_parts, "MAX_MESSAGE_BYTES", 1_500)
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1))
+    body = agent_message(
+        raw(b"a" * 800, "one.txt", "text/plain"),
+        raw(b"b" * 800, "two.txt", "text/plain"),
+        {"data": {"rows": ["x" * 100] * 100}},
+        message_id="m-many",
+    )
+    assert push(Client(), registered, body).status_code == 200
+    message = Message.objects.get(message_id="m-many")
+    assert len(message.files) == 1
+    assert "not kept: the message's other files took the room" in message.parts[1]["note"]
+    data = message.parts[2]
+    assert data["cut"] and len(data["json"]) == message_parts.MAX_DATA_CHARS
+    client = Client()
+    client.force_login(alice)
+    assert "<summary>Data (cut to fit the page)</summary>" in page(client, Session.objects.get())
+
+
 def test_attached_links_are_sent_as_url_parts(stub_session, ops, approvers):  # noqa: F811
     stub, session, _ = stub_session
     stub.answer(ACCEPTED)
