@@ -233,7 +233,8 @@ class Busy(AnswerError):
 
 
 class NotWaiting(AnswerError):
-    """The page replied to a question the agent no longer waits on."""
+    """The page's reply_to and the session disagree: a reply to a question no longer asked,
+    or a new message while a question waits."""
 
     status = 409
 
@@ -246,7 +247,7 @@ class Composed:
     message_id: str  # made by the page: a double submit is one message at the agent
     links: tuple[dict, ...] = ()  # url parts
     only_if_idle: bool = False  # metadata.delivery = "reject"
-    reply_to: str = ""  # the task the page thinks waits for input; checked, never trusted
+    reply_to: str = ""  # the task the page showed waiting for input; must be the one that is
 
 
 @dataclass(frozen=True)
@@ -329,10 +330,17 @@ def send_message(user, session_pk: int, composed: Composed) -> Sent:
     when the agent is busy, or just the agent's reply."""
     session = _visible_session(user, session_pk)
     waiting = waiting_task(session)
+    # What the page showed must be what is: a reply goes only to a question the person saw,
+    # and a new message never turns into the answer to one they did not.
     if composed.reply_to and (waiting is None or waiting.task_id != composed.reply_to):
         raise NotWaiting(
             "The agent no longer waits for that reply (the task moved on); nothing was sent. "
             "Reload the page to see where it is."
+        )
+    if waiting is not None and not composed.reply_to:
+        raise NotWaiting(
+            "The agent now waits for an answer to its question; nothing was sent. Read it, "
+            "then send your message again as the reply."
         )
     question = _question(waiting) if waiting is not None else None
     if question is not None:

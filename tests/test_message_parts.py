@@ -107,9 +107,12 @@ def test_raw_parts_are_downloads_with_safe_headers(session_with_parts, alice):
     assert client.get(png_url.replace("/files/0/", "/files/2/")).status_code == 404
 
 
-def test_a_file_download_needs_the_right_to_see_the_session(session_with_parts):
+def test_a_file_download_needs_the_right_to_see_the_session(session_with_parts, alice):
     message = Message.objects.get(message_id="m-1")
     url = f"/sessions/{session_with_parts.pk}/transcript/{message.pk}/files/0/"
+    teammate = Client()
+    teammate.force_login(alice)
+    assert teammate.get(url).status_code == 200
     outsider = person("mallory", Group.objects.create(name="finance"))
     assert outsider.get(url).status_code == 404
     assert Client().get(url).status_code == 302  # to the login page

@@ -222,6 +222,13 @@ def test_a_reply_to_a_question_no_longer_asked_is_refused(stub_session, alice_ap
     # Another task of another session, and a task of this one that is not waiting.
     code, data = send(alice_approver, session, reply_to="someone-elses-task")
     assert code == 409 and "no longer waits for that reply" in data["detail"]
+    # A page that did not show the question cannot answer it by accident.
+    code, data = send(alice_approver, session)
+    assert (code, data["detail"]) == (
+        409,
+        "The agent now waits for an answer to its question; nothing was sent. Read it, then "
+        "send your message again as the reply.",
+    )
     registered.push(status("WORKING", at=3))  # the agent moved on
     code, data = send(alice_approver, session, reply_to="task-1")
     assert code == 409 and "nothing was sent" in data["detail"]
