@@ -10,6 +10,7 @@ import binascii
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
@@ -19,6 +20,7 @@ from tasks import a2a_client, broadcast, fragments
 from tasks.models import Agent, PushEndpoint, Session, digest
 
 log = logging.getLogger(__name__)
+ECHO_REFRESH = timedelta(minutes=1)  # an unchanged echo is written again after this long
 
 
 class RegistrationError(Exception):
@@ -292,6 +294,9 @@ def record_echo(agent: object, activated: list[str]) -> None:
     if not isinstance(agent, Agent) or agent.pk is None:
         return  # an address that is not a registered agent (discovery, tests)
     now = timezone.now()
+    seen = agent.extensions_echoed_at
+    if agent.activated_extensions == activated and seen and now - seen < ECHO_REFRESH:
+        return  # a sync's many calls in a row write once
     try:
         Agent.objects.filter(pk=agent.pk).update(
             activated_extensions=activated, extensions_echoed_at=now
