@@ -26,7 +26,7 @@ import re
 import threading
 import unicodedata
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tasks import profile
+from tasks import profile, tiers
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,12 @@ class TaskPage:
     tasks: list[dict]
     next_page_token: str | None  # None on the last page
     total_size: int | None
+
+
+# Called after every 2xx answer with the profile extensions the agent echoed as activated
+# (`A2A-Extensions`, PROTOCOL §3): the app sets it to agents.record_echo when it starts, so
+# every call, whoever makes it, records the agent's tier. This module stores nothing itself.
+on_echo: Callable[[AgentAddress, list[str]], None] | None = None
 
 
 # --- the connection pool ------------------------------------------------------------------
@@ -285,14 +291,16 @@ def send_message(
     extensions: Sequence[str] = (),
     push: PushConfig | None = None,
     return_immediately: bool = True,
+    parts: Sequence[dict] = (),
 ) -> dict:
-    """`SendMessage` with one text part. Give a stable `message_id` when a retry must not
-    become a second message; give both `task_id` and `context_id` on a follow-up (a2a-sdk
-    agents otherwise invent a new context). Returns `{"task": …}` or `{"message": …}`."""
+    """`SendMessage` with one text part, then `parts` (e.g. url file parts). Give a stable
+    `message_id` when a retry must not become a second message; give both `task_id` and
+    `context_id` on a follow-up (a2a-sdk agents otherwise invent a new context).
+    Returns `{"task": …}` or `{"message": …}`."""
     message: dict[str, Any] = {
         "messageId": message_id or str(uuid.uuid4()),
         "role": "ROLE_USER",
-        "parts": [{"text": text}],
+        "parts": [{"text": text}, *parts],
     }
     if task_id:
         message["taskId"] = task_id
@@ -433,7 +441,10 @@ def _call(agent: AgentAddress, method: str, params: dict) -> Any:
     request_id = uuid.uuid4().hex
     body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
     try:
-        return _result(_post(agent, body), request_id)
+        response = _post(agent, body)
+        if on_echo is not None and 200 <= response.status_code < 300:
+            on_echo(agent, tiers.activated(response.headers.get("A2A-Extensions")))
+        return _result(response, request_id)
     except A2AError as error:
         # The sentence holds no secret: only the URL's host and path and the agent's words.
         logger.warning("A2A %s to %s failed: %s", method, _shown(agent.rpc_url), error)

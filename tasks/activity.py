@@ -89,15 +89,19 @@ def transcript(session: Session, before: str | None, limit: int) -> Shown:
         rows = rows.filter(Q(at__lt=anchor.at) | Q(at=anchor.at, pk__lt=anchor.pk))
     sizes = list(
         rows.order_by("-at", "-id")
-        .annotate(length=Length("text"))
-        .values_list("pk", "length")[: limit + 1]
+        .annotate(length=Length("text"), parts_length=Length(Cast("parts", TextField())))
+        .values_list("pk", "length", "parts_length")[: limit + 1]
     )
-    # The database cuts the text: a message loads what it shows.
-    capped = [(pk, min(n, MESSAGE_CHARS), min(n, MESSAGE_CHARS)) for pk, n in sizes[:limit]]
+    # The database cuts the text: a message loads what it shows. Its shown parts are bounded
+    # when stored (message_parts.MAX_SHOWN_CHARS) and count too; a file's bytes load only
+    # with its download.
+    capped = [
+        (pk, shown := min(n, MESSAGE_CHARS) + (parts or 0), shown) for pk, n, parts in sizes[:limit]
+    ]
     chosen = _newest_within(capped, TRANSCRIPT_CHARS, TRANSCRIPT_CHARS)
     messages = list(
         Message.objects.filter(pk__in=chosen)
-        .defer("text")
+        .defer("text", "files")
         .annotate(shown_text=Substr("text", 1, MESSAGE_CHARS), length=Length("text"))
         .order_by("at", "id")
     )

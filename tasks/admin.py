@@ -79,6 +79,7 @@ class AgentAdmin(admin.ModelAdmin):
         "rpc_url",
         "rpc_url_moves",
         "protocol_version",
+        "tier",
         "signs_pushes",
         "created_at",
     )
@@ -91,6 +92,7 @@ class AgentAdmin(admin.ModelAdmin):
         "rpc_url_moves",
         "protocol_version",
         "extensions",
+        "tier",
         "push_notifications",
         "signs_pushes",
         "card_fetched_at",
@@ -103,6 +105,7 @@ class AgentAdmin(admin.ModelAdmin):
         "rpc_url_moves",
         "protocol_version",
         "extensions",
+        "tier",
         "push_notifications",
         "signs_pushes",
         "card_fetched_at",
@@ -115,6 +118,13 @@ class AgentAdmin(admin.ModelAdmin):
         "replace_api_token",
         "accept_refused_rpc_url",
     )
+
+    @admin.display(description="tier (extensions it activated)")
+    def tier(self, agent: Agent) -> str:
+        if agent.extensions_echoed_at is None:
+            return agent.tier
+        when = date_format(timezone.localtime(agent.extensions_echoed_at), "DATETIME_FORMAT")
+        return f"{agent.tier} (echoed {when})"
 
     @admin.display(description="signing secrets")
     def signs_pushes(self, agent: Agent) -> str:

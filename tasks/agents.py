@@ -10,15 +10,17 @@ import binascii
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from tasks import a2a_client, broadcast, fragments
 from tasks.models import Agent, PushEndpoint, Session, digest
 
 log = logging.getLogger(__name__)
+ECHO_REFRESH = timedelta(minutes=1)  # an unchanged echo is written again after this long
 
 
 class RegistrationError(Exception):
@@ -283,3 +285,23 @@ def restore_fragments(agent_id: int) -> int:
             broadcast.session_changed(session, team_id=session.agent.team_id)
             stored += 1
     return stored
+
+
+def record_echo(agent: object, activated: list[str]) -> None:
+    """Keep which extensions the agent activated on its latest answer (a2a_client.on_echo).
+    Only these two fields are written, so a concurrent save of the agent keeps its own; a
+    failure to store it never fails the call it came with."""
+    if not isinstance(agent, Agent) or agent.pk is None:
+        return  # an address that is not a registered agent (discovery, tests)
+    now = timezone.now()
+    seen = agent.extensions_echoed_at
+    if agent.activated_extensions == activated and seen and now - seen < ECHO_REFRESH:
+        return  # a sync's many calls in a row write once
+    try:
+        Agent.objects.filter(pk=agent.pk).update(
+            activated_extensions=activated, extensions_echoed_at=now
+        )
+    except DatabaseError:
+        log.warning("agent %s: could not record the extensions it echoed", agent.pk)
+        return
+    agent.activated_extensions, agent.extensions_echoed_at = activated, now

@@ -119,6 +119,8 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
         for a in Artifact.objects.filter(task__session=session).select_related("task")
     ]
     data["messages"] = [
-        {"role": m.role, "text": m.text, "at": m.at} for m in session.messages.all()
+        # A message's files (up to 2 MB) load only with their download.
+        {"role": m.role, "text": m.text, "at": m.at}
+        for m in session.messages.defer("parts", "files")
     ]
     return JsonResponse(data)

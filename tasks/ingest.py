@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import broadcast, cards, json_safety, profile
+from tasks import broadcast, cards, json_safety, message_parts, profile
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -81,14 +81,25 @@ def apply_fetched(agent: Agent, task: dict) -> Result:
     """A task Onlooker asked the agent for (GetTask, ListTasks, a SendMessage answer),
     applied exactly as a push of the same snapshot would be, and deduplicated by content.
     Raises protocol.BadBody if the agent's answer is not a valid A2A 1.0 task."""
+    return _apply_fetched(agent, "task", task)
+
+
+def apply_fetched_message(agent: Agent, message: dict) -> Result:
+    """A Message the agent answered a SendMessage with (instead of a task): kept in the
+    transcript exactly as a pushed message would be. Raises protocol.BadBody if it is not a
+    valid A2A 1.0 message."""
+    return _apply_fetched(agent, "message", message)
+
+
+def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
     try:
-        body = json.dumps({"task": task}, sort_keys=True, separators=(",", ":")).encode()
+        body = json.dumps({member: value}, sort_keys=True, separators=(",", ":")).encode()
     except RecursionError:
         # Too deep for the encoder, so far beyond what parsing keeps: refused as a push
         # nested this deep is, rather than an error no caller expects.
         raise p.BadBody(
             "nested too deeply",
-            f"the task nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
+            f"the {member} nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
         ) from None
     event = p.parse(body)
     return _apply(agent, None, f"fetched:{hashlib.sha256(body).hexdigest()}", body, event)
@@ -373,7 +384,9 @@ class _Applier:
     ) -> None:
         session = self.session
         text = message.text
-        if not text:
+        # Links, files and data travel beside the text; a message may be only those.
+        parts, files = message_parts.kept(message.parts)
+        if not text and not parts:
             return
         if estimated and task is not None and task.status_timestamp is not None:
             # Dated only by receipt, after the task's dated statuses began: keep it before
@@ -393,6 +406,8 @@ class _Applier:
                     at=at,
                     estimated_time=estimated,
                     card_update=card_update,
+                    parts=parts,
+                    files=files,
                 )
             ],
             ignore_conflicts=True,

@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.formats import time_format
 
+from tasks import tiers
 from tasks.stored_json import StoredJSONDecoder
 
 
@@ -79,6 +80,12 @@ class Agent(models.Model):
     api_token_digest = models.CharField(max_length=64, blank=True, db_index=True)
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL)
     card_fetched_at = models.DateTimeField(null=True, blank=True)
+    # What the agent's last answer echoed in `A2A-Extensions`: the extensions it activated
+    # (its tier). None until Onlooker has called it. Written only by agents.record_echo.
+    activated_extensions = models.JSONField(
+        decoder=StoredJSONDecoder, null=True, blank=True, help_text="URIs the agent echoed"
+    )
+    extensions_echoed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -93,6 +100,11 @@ class Agent(models.Model):
     @property
     def signing_secrets(self) -> list[str]:
         return [s for s in (self.signing_secret, self.previous_signing_secret) if s]
+
+    @property
+    def tier(self) -> str:
+        """ "Profile v2: interactions, progress, …" or "Core A2A", from what it echoed."""
+        return tiers.describe(self.activated_extensions)
 
 
 class PushEndpoint(models.Model):
@@ -326,6 +338,13 @@ class Message(models.Model):
     # The agent's status text that became the card's note: the session page shows it as a
     # one-line receipt, since the card already shows it in full.
     card_update = models.BooleanField(default=False)
+    # The message's other parts (url, raw, data) as the page shows them, bounded
+    # (tasks/message_parts.py); a raw part's bytes are kept apart in `files`, which only its
+    # download loads.
+    parts = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
+    files = models.JSONField(
+        decoder=StoredJSONDecoder, default=list, blank=True, help_text="raw parts, base64"
+    )
 
     class Meta:
         ordering = ["at", "id"]

@@ -14,6 +14,11 @@ urlpatterns = [
         name="session-message-text",
     ),
     path(
+        "sessions/<int:session_id>/transcript/<int:message_id>/files/<int:file_index>/",
+        views.message_file,
+        name="session-message-file",
+    ),
+    path(
         "sessions/<int:session_id>/artifacts/<int:artifact_id>/",
         views.artifact_text,
         name="session-artifact-text",

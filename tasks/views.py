@@ -17,9 +17,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, broadcast, fragments
+from tasks import activity, answers, board, broadcast, fragments, message_parts
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 
@@ -149,7 +150,18 @@ def _activity(session: Session, query) -> dict:
         "working_task": session.tasks.exclude(state__in=TERMINAL_STATES)
         .order_by("-status_received_at", "-id")
         .first(),
+        "queued_tasks": _queued(session),
+        "reply_task": answers.waiting_task(session),
     }
+
+
+def _queued(session: Session) -> list:
+    """Tasks the agent answered a message with but has not started, because another task of
+    the session is still going: they wait their turn."""
+    going = session.tasks.exclude(state__in=TERMINAL_STATES)
+    if not going.exclude(state=TaskState.SUBMITTED).exists():
+        return []
+    return list(going.filter(state=TaskState.SUBMITTED).order_by("created_at", "id"))
 
 
 def _bad_anchor(error: activity.BadAnchor) -> HttpResponse:
@@ -204,6 +216,27 @@ def message_text(request: HttpRequest, session_id: int, message_id: int) -> Http
     if message is None:
         raise Http404("No such message in this session.")
     return _plain_text(message.text)
+
+
+@require_GET
+@login_required
+def message_file(
+    request: HttpRequest, session_id: int, message_id: int, file_index: int
+) -> HttpResponse:
+    """A file an agent sent inside a message (a raw part), as a download: never shown inline
+    at Onlooker's origin, and typed as itself only when that type is harmless."""
+    session = _visible_session(request, session_id)
+    message = session.messages.filter(pk=message_id).only("parts", "files").first()
+    found = message_parts.download(message.parts, message.files, file_index) if message else None
+    if found is None:
+        raise Http404("No such file in this message.")
+    response = HttpResponse(found.content, content_type=found.content_type)
+    response["Content-Disposition"] = content_disposition_header(
+        as_attachment=True, filename=found.filename
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    return response
 
 
 @require_GET
@@ -288,9 +321,8 @@ def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
     """The composer: a person's message to the session's agent."""
 
     def act():
-        text, message_id = answers.parse_message(request.POST)
-        sent = answers.send_message(request.user, session_id, text, message_id)
-        return ("queued" if sent.queued else "sent"), sent.describe()
+        sent = answers.send_message(request.user, session_id, answers.parse_message(request.POST))
+        return sent.state, sent.describe()
 
     return _acted(request, session_id, act)
 
@@ -303,8 +335,8 @@ def start_session(request: HttpRequest) -> HttpResponse:
     try:
         if not agent.isdigit():
             raise answers.AnswerError("agent must be the id of an agent")
-        text, message_id = answers.parse_message(request.POST)
-        session = answers.start_session(request.user, int(agent), text, message_id)
+        composed = answers.parse_message(request.POST)
+        session = answers.start_session(request.user, int(agent), composed)
     except answers.AnswerError as error:
         if _wants_json(request) or isinstance(error, answers.NotFound):
             return _refused(request, error, 0)

@@ -131,7 +131,7 @@ def test_a_message_the_agent_refuses_leaves_no_push_config(stub_session, ops, ap
         person("alice", ops, approvers), f"/sessions/{session.pk}/messages/", text="Hi",
         message_id="0123456789ab",
     )  # fmt: skip
-    assert code == 502 and "busy with this conversation" in data["detail"]
+    assert (code, data["detail"]) == (409, "The agent is busy; nothing was sent.")
     assert PushEndpoint.objects.count() == before
 
 

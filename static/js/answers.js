@@ -60,8 +60,7 @@ async function act(form, submitter) {
     const answer = await verdict(response);
     if (status) status.textContent = answer.detail || "";
     if (response.ok) {
-      const text = form.querySelector("textarea");
-      if (text) text.value = "";
+      for (const text of form.querySelectorAll("textarea")) text.value = ""; // text and links
       const id = form.querySelector("[data-message-id]");
       if (id) id.value = crypto.randomUUID().replaceAll("-", ""); // the next message is another
     }

@@ -109,7 +109,7 @@ def test_a_failed_answer_is_shown_to_the_person_and_the_buttons_stay(
         page.context.close()
 
 
-def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_sends(
+def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_replies(
     browser, server, agent_stub, ops, approvers
 ):
     registered = make_agent(team=ops)
@@ -131,12 +131,16 @@ def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_sends(
         expect(draft).to_have_value("eu-west, because the data")
         expect(draft).to_be_focused()
 
+        # The task waits for input: the composer answers it (issue 11 §3), and says so.
         page.locator("#composer-text").fill("Also check the costs")
         page.locator(".composer button[type=submit]").click()
-        expect(page.locator(".composer [data-action-status]")).to_have_text("Sent.")
+        expect(page.locator(".composer [data-action-status]")).to_have_text(
+            "Sent as the reply to the agent's question."
+        )
         expect(page.locator("#composer-text")).to_have_value("")
         [message] = sent_messages(agent_stub)
         assert message["parts"] == [{"text": "Also check the costs"}]
+        assert message["taskId"] == Interaction.objects.get().task.task_id
     finally:
         page.context.close()
 

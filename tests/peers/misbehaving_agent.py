@@ -40,6 +40,7 @@ class Answer:
     content_type: str = "application/json"
     body: object = b"{}"  # bytes as they are; anything else as JSON
     delay: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers (e.g. A2A-Extensions)
 
 
 class _Server(ThreadingHTTPServer):
@@ -71,10 +72,11 @@ class MisbehavingAgent:
         status: int = 200,
         content_type: str = "application/json",
         delay: float = 0.0,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Answer every request from now on like this. A JSON-RPC body (a dict with
         "jsonrpc") without an "id" gets the request's id, as a real server would echo it."""
-        self._answer = Answer(status, content_type, body, delay)
+        self._answer = Answer(status, content_type, body, delay, tuple((headers or {}).items()))
 
     def answer_each(self, choose: Callable[[Received], Answer]) -> None:
         """Answer each request from now on with what `choose` makes of it (a card for a GET,
@@ -150,6 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(raw)))
+            for name, value in answer.headers:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(raw)
         except OSError:
