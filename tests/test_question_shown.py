@@ -203,7 +203,7 @@ def test_each_open_question_says_how_long_it_has_waited(team_agent, approver):
         pages = shown(approver, session)
     stamp = html.escape(opened.isoformat())
     for url, page in pages.items():
-        assert f'<time datetime="{stamp}" data-waiting>waiting 14 min</time>' in page, url
+        assert f'<time datetime="{stamp}" data-waited-since>waiting 14 min</time>' in page, url
 
 
 @time_machine.travel(EPOCH, tick=False)
@@ -214,4 +214,4 @@ def test_waiting_reads_as_the_script_writes_it(db):
     for seconds, text in cases.items():
         assert waiting(EPOCH - timedelta(seconds=seconds)) == text
     script = (Path(__file__).parent.parent / "static/js/times.js").read_text()
-    assert "time[data-waiting]" in script and "`waiting ${" in script
+    assert "time[data-waited-since]" in script and "`waiting ${" in script

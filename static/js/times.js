@@ -1,6 +1,6 @@
 // Times that keep ticking: every <time data-ago datetime="…"> ("3 min ago") and every
-// <time data-waiting datetime="…"> ("waiting 14 min", how long a question has waited for a
-// person). Reads exactly as the server's `ago` and `waiting` filters
+// <time data-waited-since datetime="…"> ("waiting 14 min": how long a question has waited
+// for a person). Reads exactly as the server's `ago` and `waiting` filters
 // (tasks/templatetags/onlooker.py) write, so the first tick changes nothing but the number.
 
 function duration(seconds) {
@@ -23,9 +23,14 @@ export function waiting(moment, now = Date.now()) {
   return `waiting ${duration(secondsSince(moment, now))}`;
 }
 
+const TICKING = [
+  ["time[data-ago]", ago],
+  ["time[data-waited-since]", waiting],
+];
+
 export function tickTimes(root = document) {
   const now = Date.now();
-  for (const [selector, words] of [["time[data-ago]", ago], ["time[data-waiting]", waiting]]) {
+  for (const [selector, words] of TICKING) {
     for (const element of root.querySelectorAll(selector)) {
       const moment = Date.parse(element.getAttribute("datetime") || "");
       if (!Number.isNaN(moment)) element.textContent = words(moment, now);

@@ -131,7 +131,7 @@ def test_how_long_a_question_has_waited_ticks_on_without_a_reload(
     opened = EPOCH + timedelta(seconds=1)
     page.clock.install(time=opened + timedelta(minutes=14))
     open_live("/")
-    waited = page.locator("[data-waiting] time[data-waiting]")
+    waited = page.locator("[data-waiting] time[data-waited-since]")
     expect(waited).to_have_attribute("datetime", opened.isoformat())
     expect(waited).to_have_text("waiting 14 min")
 
