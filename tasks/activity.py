@@ -23,6 +23,7 @@ from typing import Any
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
+from tasks.cards import strip_invisible
 from tasks.models import Artifact, Interaction, Message, Session
 from tasks.templatetags.onlooker import choices, connect_url, web_url
 
@@ -228,9 +229,10 @@ def artifact_text(version: Artifact) -> str:
 def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
     """`rows` as the page shows them, loading neither their prompts nor large details
     whole: each with `shown_prompt` (its first PROMPT_CHARS), `prompt_length`,
-    `prompt_cut`, `offered` (the choices offered as buttons), `link` (a connection's page)
-    and `cut` (whether "show all" shows more than this). The template must not read
-    `prompt` or `detail`: they are not loaded."""
+    `prompt_cut`, `offered` (the choices offered as buttons), `link` (a connection's page),
+    `shown_detail` (the detail, when `detail_loaded`: small enough) and `cut` (whether "show
+    all" shows more than this). Agent text is cleaned of invisible and bidi-control
+    characters. The template must not read `prompt` or `detail`: they are not loaded."""
     found = list(
         rows.defer("prompt", "detail").annotate(
             shown_prompt=Substr("prompt", 1, PROMPT_CHARS),
@@ -242,8 +244,18 @@ def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
     details = dict(Interaction.objects.filter(pk__in=small).values_list("pk", "detail"))
     for question in found:
         detail = details.get(question.pk)
+        question.shown_prompt = strip_invisible(question.shown_prompt)
+        question.shown_detail = detail
+        question.detail_loaded = question.pk in details
         offered = choices(detail)
-        question.offered = [choice for choice in offered if len(choice) <= CHOICE_CHARS]
+        # A button's label is the value the agent receives: a choice that would read
+        # differently once cleaned of invisible and bidi-control characters is not offered
+        # as a button (it is in the detail, cleaned, and can be typed).
+        question.offered = [
+            choice
+            for choice in offered
+            if len(choice) <= CHOICE_CHARS and strip_invisible(choice) == choice
+        ]
         link = connect_url(detail)
         question.link = link if len(link) <= LINK_CHARS else ""
         question.prompt_cut = question.prompt_length > PROMPT_CHARS

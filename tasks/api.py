@@ -99,6 +99,7 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
             "taskId": i.task.task_id,
             "kind": i.kind,
             "prompt": i.prompt,
+            "detail": i.detail,  # as the agent sent it (interactions/v1), null when none
             "state": i.state,
         }
         for i in Interaction.objects.filter(task__session=session)

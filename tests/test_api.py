@@ -131,6 +131,7 @@ def test_detail_shows_tasks_interactions_artifacts_and_messages(client, alice, o
             "taskId": "task-1",
             "kind": "approval",
             "prompt": "Deploy to prod?",
+            "detail": None,
             "state": "open",
         }
     ]

@@ -1,5 +1,5 @@
-"""Display helpers for the templates. `ago` must read exactly as static/js/times.js writes,
-since the script takes over ticking the same text."""
+"""Display helpers for the templates. `ago` and `waiting` must read exactly as
+static/js/times.js writes, since the script takes over ticking the same text."""
 
 from __future__ import annotations
 
@@ -10,7 +10,22 @@ from django import template
 from django.utils import timezone
 from django.utils.html import strip_tags
 
+from tasks import question_detail
+from tasks.cards import strip_invisible
+
 register = template.Library()
+
+
+def _seconds_since(moment: datetime) -> int:
+    return max(0, int((timezone.now() - moment).total_seconds()))
+
+
+def _duration(seconds: int) -> str:
+    """'12 s', '3 min', '2 h', '4 d': the largest whole unit."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 @register.filter
@@ -18,13 +33,29 @@ def ago(moment: datetime | None) -> str:
     """'just now', '12 s ago', '3 min ago', '2 h ago', '4 d ago'."""
     if moment is None:
         return ""
-    seconds = max(0, int((timezone.now() - moment).total_seconds()))
-    if seconds < 5:
-        return "just now"
-    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} s ago"
+    seconds = _seconds_since(moment)
+    return "just now" if seconds < 5 else f"{_duration(seconds)} ago"
+
+
+@register.filter
+def waiting(moment: datetime | None) -> str:
+    """How long an interaction has waited for a person: 'waiting 14 min'."""
+    if moment is None:
+        return ""
+    return f"waiting {_duration(_seconds_since(moment))}"
+
+
+@register.filter
+def visible_text(text: object) -> object:
+    """Agent text without invisible and bidi-control characters (the card's rule), so what
+    a person reads is what is there: a U+202E cannot reverse the words beside a button."""
+    return strip_invisible(text) if isinstance(text, str) else text
+
+
+@register.filter
+def detail_table(detail: object) -> question_detail.Table | None:
+    """An interaction's detail as a bounded, cleaned key/value table (tasks/question_detail.py)."""
+    return question_detail.table(detail)
 
 
 @register.filter
