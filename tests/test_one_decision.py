@@ -157,9 +157,7 @@ def test_a_question_sent_and_not_confirmed_is_named_by_its_answer(
     assert 'name="choice" value="eu" data-retry>Retry sending the answer “eu”' in page
 
 
-def test_nothing_reached_the_agent_so_another_decision_may_be_sent(
-    alice, bob, agent, agent_stub
-):
+def test_nothing_reached_the_agent_so_another_decision_may_be_sent(alice, bob, agent, agent_stub):
     interaction = ask(agent)
     agent_stub.close()  # connection refused
 
@@ -186,8 +184,8 @@ def test_a_refused_retry_keeps_the_binding(alice, bob, agent, agent_stub, monkey
     agent_stub.rpc_error(-32004, "Task is not waiting for input")
     code, data = answer(bob, interaction, decision="approve")
     assert code == 502 and data["detail"].startswith("Not confirmed: ")
-    assert answer(bob, interaction, decision="deny") == (409, {"error": "AlreadyAnswered",
-                                                              "detail": NOT_CONFIRMED})  # fmt: skip
+    refused = {"error": "AlreadyAnswered", "detail": NOT_CONFIRMED}
+    assert answer(bob, interaction, decision="deny") == (409, refused)
 
 
 def test_a_claim_left_by_a_process_that_died_binds_its_decision(
@@ -310,7 +308,8 @@ def test_a_reason_reaches_the_agent_as_text_beside_the_typed_answer(alice, agent
         {"text": "Denied by alice in Onlooker"},
         {"text": "Not during the freeze."},
     ]
-    assert message["metadata"] == {profile.INTERACTIONS: {"interactionId": "i-1", "approved": False}}
+    typed = {"interactionId": "i-1", "approved": False}
+    assert message["metadata"] == {profile.INTERACTIONS: typed}
     interaction.refresh_from_db()
     assert interaction.reason == "Not during the freeze."
 
