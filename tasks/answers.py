@@ -81,7 +81,8 @@ CHOICES = {
 }
 
 
-def _text(form: dict[str, Any], name: str, value: object) -> str:
+def _text(name: str, value: object) -> str:
+    """A typed field, stripped; refused when it is not text a person could have typed."""
     if not isinstance(value, str):
         raise AnswerError(f"{name} must be text")
     if "\x00" in value:
@@ -93,7 +94,7 @@ def _text(form: dict[str, Any], name: str, value: object) -> str:
 
 def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
     """A decision from a posted form; a bad one is refused with what was wrong."""
-    reason = _text(form, "reason", form.get("reason", ""))
+    reason = _text("reason", form.get("reason", ""))
     if kind in CHOICES:
         name = form.get("decision", "")
         if name not in CHOICES[kind]:
@@ -105,7 +106,7 @@ def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
     value = form.get("choice") if "choice" in form else form.get("value", "")
     if not isinstance(value, str) or not value.strip():
         raise AnswerError("write an answer first: value must not be empty")
-    return Decision(value=_text(form, "value", value), reason=reason)
+    return Decision(value=_text("value", value), reason=reason)
 
 
 def may_answer(user) -> bool:
