@@ -18,7 +18,7 @@ from django.test import Client
 
 from tasks import a2a_client, profile
 from tasks.models import Interaction
-from tests.builders import approval, status
+from tests.builders import approval, message, status, ts
 from tests.conftest import RegisteredAgent, make_agent, push
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 from tests.test_answers import answer, person, sent_messages
@@ -214,13 +214,26 @@ def test_a_claim_left_by_a_process_that_died_binds_its_decision(
 # -- what the agent's next status does ------------------------------------------------------
 
 
-def test_a_repeated_status_does_not_reopen_an_answered_question(alice, bob, agent, agent_stub):
-    interaction = ask(agent)
+def republished_task() -> dict:
+    """The waiting task as @a2a-js/sdk republishes it on every follow-up: the whole task, its
+    status (same timestamp, same message, the interactions/v1 metadata on the message)."""
+    asking = message("Ship v2?", message_id="m-1", metadata=ASK)
+    waiting = {"state": "TASK_STATE_AUTH_REQUIRED", "timestamp": ts(1), "message": asking}
+    history = [message("Ship v2", message_id="u-1", role="ROLE_USER"), asking]
+    return {"task": {"id": "task-1", "contextId": "ctx-1", "status": waiting, "history": history}}
+
+
+@pytest.mark.parametrize("repeat", ["status update", "task snapshot"])
+def test_a_repeated_status_does_not_reopen_an_answered_question(
+    alice, bob, agent, agent_stub, repeat
+):
+    first = republished_task() if repeat == "task snapshot" else None
+    interaction = ask(agent, first)
     assert answer(alice, interaction, decision="approve")[0] == 200
 
     # The agent republishes its task, as @a2a-js/sdk does on every follow-up: same status,
     # same timestamp, same message, same interactions/v1 metadata; a delivery of its own.
-    again = ask(agent)
+    again = ask(agent, first)
 
     assert (again.state, again.answer, again.answered_by.username, again.round) == (
         "answered", {"approved": True}, "alice", 1,
