@@ -20,7 +20,7 @@ from tasks import a2a_client, profile
 from tasks.models import Interaction
 from tests.builders import approval, message, status, ts
 from tests.conftest import RegisteredAgent, make_agent, push
-from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
+from tests.peers.misbehaving_agent import ACCEPTED, Answer, MisbehavingAgent
 from tests.test_answers import answer, person, sent_messages
 
 TEN_OH_TWO = datetime(2026, 12, 1, 10, 2, 0, tzinfo=UTC)
@@ -28,6 +28,8 @@ ASK = approval("i-1", "Ship v2?")
 NOT_CONFIRMED = (
     "Approve was sent at 10:02 by alice; the agent has not confirmed yet — Retry sending Approve"
 )
+
+MOVED_ON = "Approve was sent at 10:02 by alice; the agent moved on."
 
 
 @pytest.fixture(autouse=True)
@@ -299,7 +301,7 @@ def test_a_closing_status_ends_the_binding_and_keeps_what_was_sent(
     for decision in ("approve", "deny"):
         code, data = answer(bob, interaction, decision=decision)
         assert code == 409
-        assert data["detail"] == "Approve was sent at 10:02 by alice; the agent moved on."
+        assert data["detail"] == MOVED_ON
     page = bob.get(f"/sessions/{interaction.task.session_id}/").content.decode()
     assert "Retry sending" not in page
     assert len(sent_messages(agent_stub)) == 1
@@ -338,3 +340,27 @@ def test_a_bad_reason_is_refused_and_nothing_is_sent(alice, agent, agent_stub, r
     assert sent_messages(agent_stub) == []
     interaction.refresh_from_db()
     assert interaction.state == Interaction.State.OPEN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_that_moves_on_before_its_late_reply_keeps_what_was_sent(
+    alice, bob, agent, agent_stub, monkeypatch
+):
+    interaction = ask(agent)
+    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+
+    def takes_it_and_moves_on(received) -> Answer:
+        # It acts on the answer at once (its next status arrives first); its reply is late.
+        if received.method == "POST":
+            ask(agent, status("WORKING", at=2, text="Shipping"))
+        return Answer(body=ACCEPTED, delay=1.0)
+
+    agent_stub.answer_each(takes_it_and_moves_on)
+    code, data = answer(alice, interaction, decision="approve")
+
+    assert code == 502 and data["detail"].startswith("Not confirmed: ")
+    interaction.refresh_from_db()
+    assert (interaction.state, interaction.answer) == ("closed", {"approved": True})
+    code, data = answer(bob, interaction, decision="deny")
+    assert (code, data["detail"]) == (409, MOVED_ON)
+    assert len(sent_messages(agent_stub)) == 1
