@@ -127,8 +127,12 @@ def visible(user, interaction_pk: int) -> Interaction:
 
 @dataclass(frozen=True)
 class _Claim:
-    round: int
+    bound: Interaction  # as claimed: its round, and the decision to send, who made it, when
     first: bool  # no earlier attempt can have reached the agent
+
+    @property
+    def round(self) -> int:
+        return self.bound.round
 
 
 def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
@@ -142,7 +146,7 @@ def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
         raise AnswerError(f"a {interaction.get_kind_display()} is answered with text")
     claim = _claim(user, interaction, decision)
     # What is sent is what is stored: a retry (anyone's) sends the very message of the first try.
-    bound = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+    bound = claim.bound
     stored = Decision(**bound.answer, reason=bound.reason)
     task, session = interaction.task, interaction.task.session
     try:
@@ -227,7 +231,7 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
             answer=decision.as_json(),
             reason=decision.reason,
         ):
-            return _Claim(round=current.round, first=True)
+            return _Claim(bound=_bound(interaction), first=True)
         if current.unconfirmed and current.answer == decision.as_json():
             stale = Q(state=Interaction.State.ANSWERING, answered_at__lt=now - STALE_CLAIM)
             retry = Interaction.objects.filter(
@@ -235,8 +239,12 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
             )
             if retry.update(state=Interaction.State.ANSWERING, answered_at=now):
                 log.info("%s sends the answer to interaction %s again", user, interaction.pk)
-                return _Claim(round=current.round, first=False)
+                return _Claim(bound=_bound(interaction), first=False)
     raise AlreadyAnswered(_refusal(current))
+
+
+def _bound(interaction: Interaction) -> Interaction:
+    return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
 
 
 def _refusal(current: Interaction) -> str:
