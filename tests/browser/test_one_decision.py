@@ -1,5 +1,6 @@
 """One decision per interaction, as people see it: an answer the agent may have taken but did
-not confirm leaves every approver only "Retry sending Approve", which sends the same message."""
+not confirm leaves every approver only "Retry sending Approve", which sends the same message;
+a tab that still shows Deny hears why it is refused."""
 
 from __future__ import annotations
 
@@ -22,9 +23,18 @@ def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, 
         alice = open_as(browser, member("alice", ops, approvers), server, path)
         bob = open_as(browser, member("bob", ops, approvers), server, path)
         try:
+            # Bob's second tab misses live refreshes: it still offers Deny after Alice's click.
+            stale = bob.context.new_page()
+            stale.route("**/activity/**", lambda route: route.abort())
+            stale.goto(server.url + path)
+
             alice.locator('button[value="approve"]').click()
             expect(alice.locator("[data-unconfirmed]")).to_contain_text(
                 "by alice; the agent has not confirmed yet"
+            )
+            stale.locator('button[value="deny"]').click()
+            expect(stale.locator("[data-answer-error]")).to_contain_text(
+                "by alice; the agent has not confirmed yet — Retry sending Approve"
             )
             # Bob's page follows live: Deny is gone, only the same decision may go again.
             buttons = bob.locator("[data-interaction] button")
