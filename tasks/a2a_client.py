@@ -3,8 +3,8 @@
 One pooled `httpx.Client` per process serves every call: views call this from worker threads,
 and httpx's connection pool is thread-safe. Timeouts come from the module constants below, read
 on every call. Every failure is an `A2AError`: `str(error)` is a sentence a person can read, and
-`code`, `reason` and `http_status` say what happened, for code that has to decide. The agent's
-credential and push secrets never appear in errors or logs.
+`code`, `reason`, `http_status` and `not_sent` say what happened, for code that has to decide.
+The agent's credential and push secrets never appear in errors or logs.
 
 The calls take the agent as anything with `rpc_url`, `extensions` and `credential` (the `Agent`
 model has them) and return the agent's JSON as plain dicts, camelCase as on the wire:
@@ -55,6 +55,8 @@ class A2AError(Exception):
 
     `code` is the JSON-RPC error code, `reason` the ErrorInfo reason from `error.data` (e.g.
     `TASK_NOT_FOUND`, `CONTEXT_BUSY`), `http_status` the HTTP status when there was an answer.
+    `not_sent` is true only when the request certainly never reached the agent (no connection
+    was made); after any other failure the agent may have received it.
     """
 
     def __init__(
@@ -64,11 +66,13 @@ class A2AError(Exception):
         code: int | None = None,
         reason: str | None = None,
         http_status: int | None = None,
+        not_sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.http_status = http_status
+        self.not_sent = not_sent
 
 
 class AgentAddress(Protocol):
@@ -292,15 +296,17 @@ def send_message(
     push: PushConfig | None = None,
     return_immediately: bool = True,
     parts: Sequence[dict] = (),
+    note: str = "",
 ) -> dict:
-    """`SendMessage` with one text part, then `parts` (e.g. url file parts). Give a stable
-    `message_id` when a retry must not become a second message; give both `task_id` and
-    `context_id` on a follow-up (a2a-sdk agents otherwise invent a new context).
+    """`SendMessage` with one text part, a second one when a `note` is given (a reason
+    beside an answer), then `parts` (e.g. url file parts). Give a stable `message_id` when a
+    retry must not become a second message; give both `task_id` and `context_id` on a
+    follow-up (a2a-sdk agents otherwise invent a new context).
     Returns `{"task": …}` or `{"message": …}`."""
     message: dict[str, Any] = {
         "messageId": message_id or str(uuid.uuid4()),
         "role": "ROLE_USER",
-        "parts": [{"text": text}, *parts],
+        "parts": [{"text": text}, *([{"text": note}] if note else []), *parts],
     }
     if task_id:
         message["taskId"] = task_id
@@ -461,18 +467,23 @@ def _post(agent: AgentAddress, body: dict) -> httpx.Response:
             headers=_headers(agent),
             timeout=httpx.Timeout(read, connect=connect),
         )
+    # Before a connection exists nothing was sent; after, the agent may have the request.
     except httpx.ConnectTimeout:
-        raise A2AError(f"could not connect to the agent at {where} within {connect:g} s") from None
+        raise A2AError(
+            f"could not connect to the agent at {where} within {connect:g} s", not_sent=True
+        ) from None
+    except httpx.PoolTimeout:
+        raise A2AError("too many calls to agents are in progress", not_sent=True) from None
     except httpx.TimeoutException:
         raise A2AError(f"the agent did not answer within {read:g} s") from None
     except httpx.ConnectError:
-        raise A2AError(f"could not connect to the agent at {where}") from None
+        raise A2AError(f"could not connect to the agent at {where}", not_sent=True) from None
     except httpx.HTTPError as error:
         raise A2AError(
             f"the connection to the agent at {where} failed ({type(error).__name__})"
         ) from None
     except httpx.InvalidURL:
-        raise A2AError(f"the agent's address {where} is not a valid URL") from None
+        raise A2AError(f"the agent's address {where} is not a valid URL", not_sent=True) from None
 
 
 _NOT_JSON = object()

@@ -2,11 +2,15 @@
 questions of core agents), messaging them and cancelling their tasks. The only writer of an
 interaction's answer.
 
-Exactly once: an interaction is claimed (open → answering) in one conditional UPDATE before
-the agent is called, so of two people, two tabs or two clicks only one reaches the agent;
-the others hear who answered. A failed call puts it back (answering → open) with the error
-recorded. The message id is derived from the interaction and the decision, so a retry of the
-same decision can never become a second, different answer at the agent.
+One decision per interaction, ever. An interaction is claimed (open → answering) in one
+conditional UPDATE under the session lock before the agent is called, so of two people, two
+tabs or two clicks only one reaches the agent; the others hear who answered. From the claim
+on, the interaction is bound to that decision: only when nothing reached the agent (no
+connection, or the agent refused the first attempt with a JSON-RPC error) does it go back to
+open. Any other failure (a timeout, a dropped connection, an HTTP error, a reply that is not
+JSON, a process that died mid-call) leaves it sent but not confirmed: the same decision may be
+sent again — the identical message, the same messageId, whoever presses — and any other
+decision is refused, until the agent's next status closes it or asks it again (ingest).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -31,10 +34,8 @@ from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, Task, Tas
 log = logging.getLogger(__name__)
 
 PERMISSION = "tasks.answer_interaction"
-MAX_VALUE = 4_000  # characters in a typed answer
-# A claim older than this belongs to a process that died mid-call: it may be taken again.
-# Far longer than any call can take (a2a_client's timeouts are seconds).
-STALE_CLAIM = timedelta(minutes=2)
+MAX_VALUE = 4_000  # characters in a typed answer, and in a reason beside it
+STALE_CLAIM = Interaction.STALE_CLAIM
 
 
 class AnswerError(Exception):
@@ -63,10 +64,12 @@ class AgentFailed(AnswerError):
 @dataclass(frozen=True)
 class Decision:
     """What a person decided: `approved` for approvals and connections, `value` for
-    questions and plain-text replies."""
+    questions and plain-text replies; `reason` an optional note sent beside it (not part of
+    the decision: a retry sends the note first stored)."""
 
     approved: bool | None = None
     value: str | None = None
+    reason: str = ""
 
     def as_json(self) -> dict:
         return {"approved": self.approved} if self.approved is not None else {"value": self.value}
@@ -79,24 +82,32 @@ CHOICES = {
 }
 
 
+def _text(name: str, value: object) -> str:
+    """A typed field, stripped; refused when it is not text a person could have typed."""
+    if not isinstance(value, str):
+        raise AnswerError(f"{name} must be text")
+    if "\x00" in value:
+        raise AnswerError(f"{name} must not contain NUL characters")
+    if len(value) > MAX_VALUE:
+        raise AnswerError(f"{name} must be at most {MAX_VALUE} characters")
+    return value.strip()
+
+
 def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
     """A decision from a posted form; a bad one is refused with what was wrong."""
+    reason = _text("reason", form.get("reason", ""))
     if kind in CHOICES:
         name = form.get("decision", "")
         if name not in CHOICES[kind]:
             allowed = " or ".join(f"'{n}'" for n in CHOICES[kind])
             raise AnswerError(f"decision must be {allowed} for a {kind}")
-        return Decision(approved=CHOICES[kind][name])
+        return Decision(approved=CHOICES[kind][name], reason=reason)
     # A clicked choice button names itself apart from the text box, so the choice is what was
     # meant even when the box holds text (or nothing).
     value = form.get("choice") if "choice" in form else form.get("value", "")
     if not isinstance(value, str) or not value.strip():
         raise AnswerError("write an answer first: value must not be empty")
-    if "\x00" in value:
-        raise AnswerError("value must not contain NUL characters")
-    if len(value) > MAX_VALUE:
-        raise AnswerError(f"value must be at most {MAX_VALUE} characters")
-    return Decision(value=value.strip())
+    return Decision(value=_text("value", value), reason=reason)
 
 
 def may_answer(user) -> bool:
@@ -115,36 +126,57 @@ def visible(user, interaction_pk: int) -> Interaction:
     return interaction
 
 
+@dataclass(frozen=True)
+class _Claim:
+    bound: Interaction  # as claimed: its round, and the decision to send, who made it, when
+    first: bool  # no earlier attempt can have reached the agent
+
+    @property
+    def round(self) -> int:
+        return self.bound.round
+
+
 def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
-    """Send `decision` to the agent as the answer to one interaction (from `visible`),
-    exactly once."""
+    """Send `decision` to the agent as the answer to one interaction (from `visible`): the
+    first decision, or the same one again while the agent has not confirmed it."""
     if not may_answer(user):
         raise NotAllowed("You may see this, but not answer it: ask for the approver role.")
     if interaction.kind in CHOICES and decision.approved is None:
         raise AnswerError(f"a {interaction.kind} is answered with a decision, not text")
     if interaction.kind not in CHOICES and decision.value is None:
         raise AnswerError(f"a {interaction.get_kind_display()} is answered with text")
-    _claim(user, interaction, decision)
+    claim = _claim(user, interaction, decision)
+    # What is sent is what is stored: a retry (anyone's) sends the very message of the first try.
+    bound = claim.bound
+    stored = Decision(**bound.answer, reason=bound.reason)
     task, session = interaction.task, interaction.task.session
     try:
         a2a_client.send_message(
             session.agent,
-            _human_text(user, interaction, decision),
-            message_id=message_id(interaction, decision),
+            _human_text(bound, stored),
+            message_id=message_id(bound, stored),
             task_id=task.task_id,
             context_id=session.context_id,
-            **_typed(interaction, decision),
+            note=stored.reason,
+            **_typed(bound, stored),
         )
     except a2a_client.A2AError as error:
-        _release(interaction, str(error))
-        raise AgentFailed(f"The agent did not take the answer: {error}. Nothing was sent "
-                          "twice; you can try again.") from None  # fmt: skip
-    return _record(interaction)
+        if claim.first and (error.not_sent or error.code is not None):
+            _release(interaction, claim, str(error))
+            raise AgentFailed(f"Not sent: {error}; you can answer again.") from None
+        _unconfirmed(interaction, claim, str(error))
+        raise AgentFailed(
+            f"Not confirmed: {error}. {bound.sent}; the agent may have it. "
+            f"Retry sending {bound.decision_name} (the same message, never another decision)."
+        ) from None
+    return _record(interaction, claim)
 
 
 def message_id(interaction: Interaction, decision: Decision) -> str:
+    """Stable for one decision in one round (so a retry is the same message to the agent);
+    another round asks anew, so its answer is another message."""
     digest = hashlib.sha256(
-        json.dumps([interaction.pk, decision.as_json()], sort_keys=True).encode()
+        json.dumps([interaction.pk, interaction.round, decision.as_json()], sort_keys=True).encode()
     ).hexdigest()[:24]
     return f"onlooker-answer-{interaction.pk}-{digest}"
 
@@ -158,7 +190,7 @@ def _typed(interaction: Interaction, decision: Decision) -> dict:
     return {"metadata": {profile.INTERACTIONS: typed}, "extensions": [profile.INTERACTIONS]}
 
 
-def _human_text(user, interaction: Interaction, decision: Decision) -> str:
+def _human_text(interaction: Interaction, decision: Decision) -> str:
     if decision.value is not None:
         return decision.value
     verb = {
@@ -166,7 +198,8 @@ def _human_text(user, interaction: Interaction, decision: Decision) -> str:
         (Interaction.Kind.CONNECTION, False): "Cancelled the connection",
     }.get((interaction.kind, decision.approved))
     verb = verb or ("Approved" if decision.approved else "Denied")
-    return f"{verb} by {user.get_username()} in Onlooker"
+    who = interaction.answered_by.get_username() if interaction.answered_by else "someone"
+    return f"{verb} by {who} in Onlooker"
 
 
 @contextmanager
@@ -184,42 +217,90 @@ def _changing(interaction: Interaction) -> Iterator[None]:
         broadcast.session_changed(session, team_id=interaction.task.session.agent.team_id)
 
 
-def _claim(user, interaction: Interaction, decision: Decision) -> None:
+def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
+    """Take the interaction for one call: the first decision, or a retry of the bound one
+    (sent and not confirmed, or claimed by a process that died). Refuses anything else."""
     now = timezone.now()
-    claimable = Q(state=Interaction.State.OPEN) | Q(
-        state=Interaction.State.ANSWERING, answered_at__lt=now - STALE_CLAIM
-    )
     with _changing(interaction):
-        claimed = Interaction.objects.filter(claimable, pk=interaction.pk).update(
+        claimed = Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.OPEN)
+        # Under the session lock no other writer moves it between this read and the update.
+        current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+        if claimed.update(
             state=Interaction.State.ANSWERING,
             answered_by=user,
-            answered_at=now,  # when the claim was made, until it is answered
+            answered_at=now,  # when the claim was made, then when it was sent
             answer=decision.as_json(),
+            reason=decision.reason,
+        ):
+            return _Claim(bound=_bound(interaction), first=True)
+        if current.unconfirmed and current.answer == decision.as_json():
+            stale = Q(state=Interaction.State.ANSWERING, answered_at__lt=now - STALE_CLAIM)
+            retry = Interaction.objects.filter(
+                Q(state=Interaction.State.SENT) | stale, pk=interaction.pk, round=current.round
+            )
+            if retry.update(state=Interaction.State.ANSWERING, answered_at=now):
+                log.info("%s sends the answer to interaction %s again", user, interaction.pk)
+                return _Claim(bound=_bound(interaction), first=False)
+    raise AlreadyAnswered(_refusal(current))
+
+
+def _bound(interaction: Interaction) -> Interaction:
+    return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+
+
+def _refusal(current: Interaction) -> str:
+    if current.unconfirmed:
+        return (
+            f"{current.sent}; the agent has not confirmed yet — "
+            f"Retry sending {current.decision_name}"
         )
-    if not claimed:
-        current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
-        if current.state == Interaction.State.CLOSED:
-            raise AlreadyAnswered("The agent no longer waits for this: it moved on.")
-        raise AlreadyAnswered(f"Already answered: {current.outcome}.")
+    if current.state == Interaction.State.ANSWERING:
+        return f"{current.outcome}: {current.decision_name}."
+    if current.state == Interaction.State.CLOSED:
+        if current.answer is not None:
+            return f"{current.outcome}."
+        return "The agent no longer waits for this: it moved on."
+    return f"Already answered: {current.outcome}."
 
 
-def _release(interaction: Interaction, error: str) -> None:
-    log.warning("answer to interaction %s failed: %s", interaction.pk, error)
+def _release(interaction: Interaction, claim: _Claim, error: str) -> None:
+    """Nothing reached the agent: the question is open again, for any decision."""
+    log.warning("answer to interaction %s not sent: %s", interaction.pk, error)
     with _changing(interaction):
-        Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.ANSWERING).update(
+        Interaction.objects.filter(
+            pk=interaction.pk, round=claim.round, state=Interaction.State.ANSWERING
+        ).update(
             state=Interaction.State.OPEN,
             answered_by=None,
             answered_at=None,
             answer=None,
+            reason="",
             last_error=error[:2_000],
         )
+        # Closed by the agent meanwhile: it moved on without this answer, which never left.
+        Interaction.objects.filter(
+            pk=interaction.pk, round=claim.round, state=Interaction.State.CLOSED
+        ).update(answered_by=None, answered_at=None, answer=None, reason="")
 
 
-def _record(interaction: Interaction) -> Interaction:
+def _unconfirmed(interaction: Interaction, claim: _Claim, error: str) -> None:
+    """The agent may have the answer: bound to it, sent and not confirmed."""
+    log.warning("answer to interaction %s not confirmed: %s", interaction.pk, error)
     with _changing(interaction):
-        Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.ANSWERING).update(
-            state=Interaction.State.ANSWERED, answered_at=timezone.now(), last_error=""
-        )
+        Interaction.objects.filter(
+            pk=interaction.pk, round=claim.round, state=Interaction.State.ANSWERING
+        ).update(state=Interaction.State.SENT, last_error=error[:2_000])
+
+
+def _record(interaction: Interaction, claim: _Claim) -> Interaction:
+    """The agent took it. Also when its next status already closed the question meanwhile
+    (a push can overtake the reply): it was answered, and the agent confirmed."""
+    with _changing(interaction):
+        Interaction.objects.filter(
+            pk=interaction.pk,
+            round=claim.round,
+            state__in=[Interaction.State.ANSWERING, Interaction.State.CLOSED],
+        ).update(state=Interaction.State.ANSWERED, answered_at=timezone.now(), last_error="")
     return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
 
 

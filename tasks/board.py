@@ -75,7 +75,11 @@ def waiting(user) -> list[Interaction]:
     longest is answered first. Each within the page's budget (activity.questions)."""
     return activity.questions(
         Interaction.objects.filter(
-            state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING],
+            state__in=[
+                Interaction.State.OPEN,
+                Interaction.State.ANSWERING,
+                Interaction.State.SENT,
+            ],
             task__agent__in=Agent.objects.visible_to(user),
         )
         .select_related("task__session__agent", "answered_by")

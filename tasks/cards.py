@@ -409,7 +409,11 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         answered = (
             Interaction.objects.filter(
                 task__session=session,
-                state__in=[Interaction.State.ANSWERING, Interaction.State.ANSWERED],
+                state__in=[
+                    Interaction.State.ANSWERING,
+                    Interaction.State.SENT,
+                    Interaction.State.ANSWERED,
+                ],
             )
             .select_related("answered_by")
             .order_by("-answered_at", "-id")

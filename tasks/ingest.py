@@ -50,12 +50,20 @@ _EXPECTED_STATE = {
 }
 
 
-def _asked_again(interaction: Interaction) -> bool:
-    """A status newer than any before asks this interaction (again): reopen it if the agent
-    had moved on, or if it had been answered (the agent did not take the answer, or asked
-    before it arrived; either way it waits for a person). Only agent timestamps are compared
-    (the caller's placement), never the agent's clock against ours."""
-    return interaction.state in (Interaction.State.CLOSED, Interaction.State.ANSWERED)
+# What an agent waits on, or what Onlooker may have told it: the agent's next status settles it.
+_PENDING = (Interaction.State.OPEN, Interaction.State.ANSWERING, Interaction.State.SENT)
+
+
+def _asked_again(interaction: Interaction, status: p.Status) -> bool:
+    """Whether a current status asking this interaction asks it anew (a new round), rather
+    than repeating the status that asked it (agents republish their task on every follow-up,
+    with the same status). Only a later agent timestamp is new; from an agent that sends no
+    timestamps, another message. Agent timestamps are compared with agent timestamps only,
+    never with our clock."""
+    if status.timestamp is not None:
+        return interaction.asked_at is None or status.timestamp > interaction.asked_at
+    asking = status.message.message_id if status.message else ""
+    return bool(asking) and asking != interaction.asked_message_id
 
 
 def idempotency_key(webhook_id: str | None, body: bytes) -> str:
@@ -345,6 +353,10 @@ class _Applier:
             reference = status.message.message_id if status.message else at.isoformat()
             opened = profile.OpenInteraction(f"text:{reference}", "text", text)
 
+        asking = {
+            "asked_at": status.timestamp,
+            "asked_message_id": status.message.message_id if status.message else "",
+        }
         interaction, created = Interaction.objects.get_or_create(
             task=task,
             interaction_id=opened.interaction_id,
@@ -354,22 +366,37 @@ class _Applier:
                 "detail": opened.detail,
                 "opened_at": at,
                 "state": Interaction.State.OPEN if current else Interaction.State.CLOSED,
+                **asking,
             },
         )
         if not current:
             return
-        if not created and _asked_again(interaction):
-            interaction.state = Interaction.State.OPEN
-            interaction.save(update_fields=["state"])
+        if not created and _asked_again(interaction, status):
+            if interaction.state == Interaction.State.OPEN:
+                changes = asking  # still waiting: only remember the latest asking
+            else:
+                # Asked anew: a new round, free of the last one's decision (its answer's
+                # message id is the round's, so the new answer is a new message).
+                changes = {
+                    **asking,
+                    "state": Interaction.State.OPEN,
+                    "round": interaction.round + 1,
+                    "answer": None,
+                    "answered_by": None,
+                    "answered_at": None,
+                    "reason": "",
+                    "last_error": "",
+                }
+            Interaction.objects.filter(pk=interaction.pk).update(**changes)
         self._close_interactions(task, keep=interaction)
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
-        if not self.session.needs_human:
-            return  # nothing is open anywhere in the session (the flag is derived, exact)
-        still_open = task.interactions.filter(state=Interaction.State.OPEN)
+        """The agent moved on from these: closed, keeping any decision sent to them (a call
+        still in flight records its confirmation over this)."""
+        pending = task.interactions.filter(state__in=_PENDING)
         if keep is not None:
-            still_open = still_open.exclude(pk=keep.pk)
-        still_open.update(state=Interaction.State.CLOSED)
+            pending = pending.exclude(pk=keep.pk)
+        pending.update(state=Interaction.State.CLOSED)
 
     # -- transcript -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -239,6 +240,14 @@ class Delivery(models.Model):
 
 
 class Interaction(models.Model):
+    """One thing an agent waits for, and the one decision Onlooker sends it.
+
+    open → answering (a claim: the call is in flight) → answered (the agent confirmed), or
+    → sent (the call may have reached the agent but it did not confirm: a timeout, a dropped
+    connection, an error reply) or back to open (nothing reached the agent). From the claim
+    on, the interaction is bound to its decision until the agent's next status closes it or
+    really asks it again (a new round)."""
+
     class Kind(models.TextChoices):
         APPROVAL = "approval"
         QUESTION = "question"
@@ -248,8 +257,14 @@ class Interaction(models.Model):
     class State(models.TextChoices):
         OPEN = "open"
         ANSWERING = "answering"
+        SENT = "sent", "sent, not confirmed"
         ANSWERED = "answered"
         CLOSED = "closed", "closed by the agent"
+
+    # A claim older than this belongs to a process that died mid-call: its decision may have
+    # reached the agent, so it binds like a sent one. Far longer than any call can take
+    # (a2a_client's timeouts are seconds).
+    STALE_CLAIM = timedelta(minutes=2)
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="interactions")
     # An agent's id (≤ 200), or "text:" + the message id for a core agent's question.
@@ -259,10 +274,17 @@ class Interaction(models.Model):
     detail = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
     opened_at = models.DateTimeField()
+    # The status that last asked it: only a later one (or, from an agent that sends no
+    # timestamps, another message) asks again. Each asking is a round with its own answer.
+    asked_at = models.DateTimeField(null=True, blank=True, help_text="agent's timestamp")
+    asked_message_id = models.CharField(max_length=200, blank=True)
+    round = models.PositiveIntegerField(default=1)
     answer = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
+    reason = models.TextField(blank=True, help_text="the note sent beside the answer")
     answered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # When the claim was made, then when it was sent (or confirmed).
     answered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
 
@@ -277,11 +299,64 @@ class Interaction(models.Model):
         return f"{self.kind} {self.interaction_id} ({self.state})"
 
     @property
+    def unconfirmed(self) -> bool:
+        """Its decision may have reached the agent, which has not confirmed it: only that
+        decision may be sent (again)."""
+        if self.state == self.State.SENT:
+            return True
+        return (
+            self.state == self.State.ANSWERING
+            and self.answered_at is not None
+            and self.answered_at < timezone.now() - self.STALE_CLAIM
+        )
+
+    @property
+    def decision_name(self) -> str:
+        """The stored decision in a person's words: "Approve", "Deny", "I've connected",
+        "Cancel", or the answer quoted briefly."""
+        answer = self.answer or {}
+        approved = answer.get("approved")
+        if approved is None:
+            value = str(answer.get("value", ""))
+            return f"the answer “{value if len(value) <= 40 else value[:39] + '…'}”"
+        if self.kind == self.Kind.CONNECTION:
+            return "I've connected" if approved else "Cancel"
+        return "Approve" if approved else "Deny"
+
+    @property
+    def sent_form(self) -> tuple[str, str]:
+        """The form field and value that post the stored decision again (the retry)."""
+        approved = (self.answer or {}).get("approved")
+        if approved is None:
+            return "choice", str((self.answer or {}).get("value", ""))
+        names = (
+            {True: "connected", False: "cancel"}
+            if self.kind == self.Kind.CONNECTION
+            else {
+                True: "approve",
+                False: "deny",
+            }
+        )
+        return "decision", names[approved]
+
+    @property
+    def sent(self) -> str:
+        """'Approve was sent at 10:02 by alice'."""
+        who = self.answered_by.get_username() if self.answered_by else "someone"
+        when = time_format(timezone.localtime(self.answered_at), "H:i") if self.answered_at else ""
+        name = self.decision_name
+        return f"{name[:1].upper()}{name[1:]} was sent at {when} by {who}"
+
+    @property
     def outcome(self) -> str:
         """'Approved by alice, 10:02' and the like, once someone answers."""
         who = self.answered_by.get_username() if self.answered_by else "someone"
+        if self.unconfirmed:
+            return f"{self.sent}; the agent has not confirmed yet"
         if self.state == self.State.ANSWERING:
             return f"Being answered by {who} right now"
+        if self.state == self.State.CLOSED and self.answer is not None:
+            return f"{self.sent}; the agent moved on"
         when = time_format(timezone.localtime(self.answered_at), "H:i") if self.answered_at else ""
         approved = (self.answer or {}).get("approved")
         if approved is None:

@@ -134,7 +134,11 @@ def _activity(session: Session, query) -> dict:
         "interactions": activity.questions(
             Interaction.objects.filter(
                 task__session=session,
-                state__in=[Interaction.State.OPEN, Interaction.State.ANSWERING],
+                state__in=[
+                    Interaction.State.OPEN,
+                    Interaction.State.ANSWERING,
+                    Interaction.State.SENT,
+                ],
             )
             .select_related("answered_by")
             .order_by("opened_at", "id")

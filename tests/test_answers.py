@@ -198,14 +198,13 @@ def test_concurrent_answers_send_exactly_one_message(ops, approvers):
                      "not JSON", id="html"),
         pytest.param(lambda s: s.answer(b"bad gateway", status=502, content_type="text/plain"),
                      "HTTP 502", id="http-error"),
-        pytest.param(lambda s: s.rpc_error(-32001, "Task not found"),
-                     "no longer knows this task", id="json-rpc-error"),
         pytest.param(lambda s: s.answer(ACCEPTED, delay=1.0),
                      "did not answer within", id="slow"),
+        pytest.param(lambda s: s.hang_up(), "RemoteProtocolError", id="hung-up"),
     ],
 )  # fmt: skip
-def test_a_failing_agent_leaves_the_question_open_and_a_retry_works(
-    alice_approves, agent_stub, ops, monkeypatch, misbehave, words
+def test_an_agent_that_may_have_the_answer_binds_it_and_only_a_retry_of_it_is_sent(
+    alice_approves, agent_stub, ops, approvers, monkeypatch, misbehave, words
 ):
     monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
     interaction = waiting_interaction(agent_stub, ops)
@@ -213,24 +212,50 @@ def test_a_failing_agent_leaves_the_question_open_and_a_retry_works(
 
     code, data = answer(alice_approves, interaction, decision="approve")
 
-    assert code == 502 and words in data["detail"] and "try again" in data["detail"]
+    # The outcome is unknown: never "not sent", never the buttons back.
+    assert code == 502 and words in data["detail"], data
+    assert data["detail"].startswith("Not confirmed: ") and "not sent" not in data["detail"]
+    assert "Retry sending Approve" in data["detail"]
     interaction.refresh_from_db()
-    assert (interaction.state, interaction.answered_by) == (Interaction.State.OPEN, None)
+    assert interaction.state == Interaction.State.SENT
+    assert (interaction.answered_by.username, interaction.answer) == ("alice", {"approved": True})
     assert words in interaction.last_error
-    page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
-    assert "Last try failed" in page and 'value="approve"' in page
+    bob = person("bob", ops, approvers)
+    page = bob.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "Approve was sent at " in page and "by alice; the agent has not confirmed yet" in page
+    assert "Retry sending Approve" in page and 'value="deny"' not in page
 
     agent_stub.answer(ACCEPTED)
-    assert answer(alice_approves, interaction, decision="approve")[0] == 200
+    code, data = answer(bob, interaction, decision="approve")
+    assert code == 200 and data["detail"].startswith("Approved by alice, "), data
     first, *_, last = sent_messages(agent_stub)
-    assert first["messageId"] == last["messageId"]  # a retry is the same answer, not another
+    assert first == last  # a retry is the same message, not another
+
+
+def test_an_agent_that_refuses_the_answer_leaves_the_question_open_for_any_decision(
+    alice_approves, agent_stub, ops
+):
+    interaction = waiting_interaction(agent_stub, ops)
+    agent_stub.rpc_error(-32001, "Task not found")
+
+    code, data = answer(alice_approves, interaction, decision="approve")
+
+    assert code == 502 and data["detail"].startswith("Not sent: ")
+    assert "no longer knows this task" in data["detail"] and "answer again" in data["detail"]
+    interaction.refresh_from_db()
+    assert (interaction.state, interaction.answered_by) == (Interaction.State.OPEN, None)
+    page = alice_approves.get(f"/sessions/{interaction.task.session_id}/").content.decode()
+    assert "Last try failed" in page and 'value="approve"' in page and 'value="deny"' in page
+
+    agent_stub.answer(ACCEPTED)
+    assert answer(alice_approves, interaction, decision="deny")[0] == 200
 
 
 def test_an_agent_that_is_down_gives_a_clear_message(alice_approves, agent_stub, ops):
     interaction = waiting_interaction(agent_stub, ops)
     agent_stub.close()
     code, data = answer(alice_approves, interaction, decision="deny")
-    assert code == 502 and "could not connect to the agent" in data["detail"]
+    assert code == 502 and data["detail"].startswith("Not sent: could not connect to the agent")
     interaction.refresh_from_db()
     assert interaction.state == Interaction.State.OPEN
 

@@ -19,9 +19,23 @@ async function verdict(response) {
   return response.json().catch(() => ({ detail: `Onlooker answered HTTP ${response.status}.` }));
 }
 
+// Where a refusal is said: the form's error line (made if a form lacks one), so a 409 ("Approve
+// was sent at 10:02 by alice; … Retry sending Approve") is always read, never swallowed.
+function errorLine(form) {
+  let line = form.querySelector("[data-answer-error]");
+  if (!line) {
+    line = document.createElement("p");
+    line.className = "answer-error";
+    line.setAttribute("role", "alert");
+    line.dataset.answerError = "";
+    form.append(line);
+  }
+  return line;
+}
+
 async function submit(form, submitter) {
   const data = new FormData(form, submitter);
-  const error = form.querySelector("[data-answer-error]");
+  const error = errorLine(form);
   const buttons = form.querySelectorAll("button");
   for (const button of buttons) button.disabled = true;
   try {
@@ -32,19 +46,19 @@ async function submit(form, submitter) {
       done.className = "interaction-state";
       done.setAttribute("role", "status");
       done.textContent = answer.detail;
+      // A confirmed retry: the "not confirmed yet" line above it no longer holds.
+      form.closest("[data-interaction]")?.querySelector("[data-unconfirmed]")?.remove();
       form.replaceWith(done);
       return;
     }
-    if (error) {
-      error.hidden = false;
-      error.textContent = answer.detail || "The answer was not sent.";
-    }
+    error.hidden = false;
+    error.textContent = answer.detail || `Onlooker answered HTTP ${response.status}.`;
     if (response.status === 409 || response.status === 403) return; // buttons stay off
   } catch {
-    if (error) {
-      error.hidden = false;
-      error.textContent = "Onlooker could not be reached; nothing was sent. Try again.";
-    }
+    // The post may have arrived and gone on to the agent: say so, never "nothing was sent".
+    // Pressing the same button again is safe (the same message); the page shows what happened.
+    error.hidden = false;
+    error.textContent = "Onlooker's reply did not arrive; the answer may have gone out. Try again.";
   }
   for (const button of buttons) button.disabled = false;
 }

@@ -49,7 +49,7 @@ def test_pressing_a_choice_sends_exactly_that_choice(question_page, agent_stub):
 
 
 def test_a_pressed_choice_wins_over_text_typed_in_the_box(question_page, agent_stub):
-    question_page.locator("[data-answer-form] textarea").fill("somewhere else, maybe")
+    question_page.locator('[data-answer-form] textarea[name="value"]').fill("somewhere else, maybe")
     question_page.locator("[data-answer-form] button", has_text="staging").click()
 
     expect(question_page.locator(".interactions .interaction-state")).to_be_visible()

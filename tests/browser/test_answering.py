@@ -94,16 +94,16 @@ def test_an_approver_answers_with_the_keyboard_only(browser, server, agent_stub,
         page.context.close()
 
 
-def test_a_failed_answer_is_shown_to_the_person_and_the_buttons_stay(
+def test_an_answer_the_agent_refused_is_shown_to_the_person_and_the_buttons_stay(
     browser, server, agent_stub, ops, approvers
 ):
     session = waiting_session(server, agent_stub, ops)
-    agent_stub.answer(b"<h1>Bad gateway</h1>", status=502, content_type="text/html")
+    agent_stub.rpc_error(-32001, "Task not found")  # refused: nothing was taken
     page = open_as(browser, member("alice", ops, approvers), server, f"/sessions/{session}/")
     try:
         page.locator('button[value="approve"]').click()
-        expect(page.locator("[data-answer-error]")).to_contain_text("HTTP 502")
-        expect(page.locator('button[value="approve"]')).to_be_enabled()
+        expect(page.locator("[data-answer-error]")).to_contain_text("no longer knows this task")
+        expect(page.locator('button[value="deny"]')).to_be_enabled()
         assert Interaction.objects.get().state == Interaction.State.OPEN
     finally:
         page.context.close()
@@ -122,7 +122,7 @@ def test_a_half_written_answer_survives_a_live_refresh_and_the_composer_replies(
     session = Interaction.objects.get().task.session_id
     page = open_as(browser, member("alice", ops, approvers), server, f"/sessions/{session}/")
     try:
-        draft = page.locator("[data-interaction] textarea")
+        draft = page.locator('[data-interaction] textarea[name="value"]')
         draft.fill("eu-west, because the data")
         # Anything that changes the session re-renders its activity from the server.
         push_http(server, registered, status("INPUT_REQUIRED", at=2, metadata=question,

@@ -41,6 +41,7 @@ class Answer:
     body: object = b"{}"  # bytes as they are; anything else as JSON
     delay: float = 0.0
     headers: tuple[tuple[str, str], ...] = ()  # extra response headers (e.g. A2A-Extensions)
+    drop: bool = False  # read the request, then close the connection without an answer
 
 
 class _Server(ThreadingHTTPServer):
@@ -77,6 +78,11 @@ class MisbehavingAgent:
         """Answer every request from now on like this. A JSON-RPC body (a dict with
         "jsonrpc") without an "id" gets the request's id, as a real server would echo it."""
         self._answer = Answer(status, content_type, body, delay, tuple((headers or {}).items()))
+
+    def hang_up(self) -> None:
+        """From now on take each request and close the connection without answering (an
+        agent that crashed, or a proxy that dropped the reply, after the request arrived)."""
+        self._answer = Answer(drop=True)
 
     def answer_each(self, choose: Callable[[Received], Answer]) -> None:
         """Answer each request from now on with what `choose` makes of it (a card for a GET,
@@ -142,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
         owner.requests.append(received)
         answer = owner._answer(received) if callable(owner._answer) else owner._answer
         if answer.delay and owner._closing.wait(answer.delay):
+            return
+        if answer.drop:
+            self.close_connection = True
             return
         raw = answer.body
         if not isinstance(raw, bytes):

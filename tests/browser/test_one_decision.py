@@ -1,0 +1,52 @@
+"""One decision per interaction, as people see it: an answer the agent may have taken but did
+not confirm leaves every approver only "Retry sending Approve", which sends the same message;
+a tab that still shows Deny hears why it is refused."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tasks import profile
+from tests.browser.test_answering import open_as, sent_messages, waiting_session
+from tests.conftest import member
+from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, ops, approvers):
+    with MisbehavingAgent() as agent:
+        agent.hang_up()  # takes the answer; its reply never comes
+        session = waiting_session(server, agent, ops)
+        path = f"/sessions/{session}/"
+        alice = open_as(browser, member("alice", ops, approvers), server, path)
+        bob = open_as(browser, member("bob", ops, approvers), server, path)
+        try:
+            # Bob's second tab misses live refreshes: it still offers Deny after Alice's click.
+            stale = bob.context.new_page()
+            stale.route("**/activity/**", lambda route: route.abort())
+            stale.goto(server.url + path)
+
+            alice.locator('button[value="approve"]').click()
+            expect(alice.locator("[data-unconfirmed]")).to_contain_text(
+                "by alice; the agent has not confirmed yet"
+            )
+            stale.locator('button[value="deny"]').click()
+            expect(stale.locator("[data-answer-error]")).to_contain_text(
+                "by alice; the agent has not confirmed yet — Retry sending Approve"
+            )
+            # Bob's page follows live: Deny is gone, only the same decision may go again.
+            buttons = bob.locator("[data-interaction] button")
+            expect(buttons).to_have_text(["Retry sending Approve"])
+
+            agent.answer(ACCEPTED)
+            buttons.click()
+            expect(bob.locator(".answers")).to_contain_text("Approved by alice, ")
+            first, second = sent_messages(agent)
+            assert first["messageId"] == second["messageId"]
+            for message in (first, second):
+                assert message["metadata"][profile.INTERACTIONS]["approved"] is True
+        finally:
+            alice.context.close()
+            bob.context.close()
