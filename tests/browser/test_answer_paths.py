@@ -8,6 +8,7 @@ Also: how long a question has waited ticks on in the page without a reload."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +33,7 @@ def press(value: str) -> Callable[[Page], None]:
 
 def write(text: str) -> Callable[[Page], None]:
     def answer(page: Page) -> None:
-        page.locator("[data-answer-form] textarea").fill(text)
+        page.locator("[data-answer-form] textarea[name=value]").fill(text)
         page.locator("[data-answer-form] button", has_text="Send answer").click()
 
     return answer
@@ -91,6 +92,15 @@ def approver(ops, approvers, login):
     return user
 
 
+def answered(timeout: float = 10.0) -> Interaction:
+    deadline = time.monotonic() + timeout
+    while True:
+        interaction = Interaction.objects.get()
+        if interaction.state != Interaction.State.ANSWERING or time.monotonic() > deadline:
+            return interaction
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("path", PATHS.values(), ids=PATHS.keys())
 def test_each_answer_the_page_offers_reaches_the_agent_as_exactly_that_answer(
     path, asking, approver, page, open_live, agent_stub
@@ -101,9 +111,11 @@ def test_each_answer_the_page_offers_reaches_the_agent_as_exactly_that_answer(
     path.act(page)
 
     expect(page.locator(".interactions .interaction-state")).to_be_visible()
+    # The page shows "being answered" as soon as the claim commits; the agent's reply and the
+    # recorded answer follow it.
+    interaction = answered()
     [request] = [r for r in agent_stub.requests if r.json().get("method") == "SendMessage"]
     message = request.json()["params"]["message"]
-    interaction = Interaction.objects.get()
     assert MESSAGE_ID.fullmatch(message.pop("messageId")).group(1) == str(interaction.pk)
     expected = {
         "role": "ROLE_USER",
