@@ -104,7 +104,13 @@ def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
         return Decision(approved=CHOICES[kind][name], reason=reason)
     # A clicked choice button names itself apart from the text box, so the choice is what was
     # meant even when the box holds text (or nothing).
-    value = form.get("choice") if "choice" in form else form.get("value", "")
+    if "choice" in form:
+        choice = form.get("choice")
+        if not _text("choice", choice):
+            raise AnswerError("choice must not be empty")
+        # Sent as the agent offered it, spaces and all: it is the agent's own string.
+        return Decision(value=choice, reason=reason)
+    value = form.get("value", "")
     if not isinstance(value, str) or not value.strip():
         raise AnswerError("write an answer first: value must not be empty")
     return Decision(value=_text("value", value), reason=reason)

@@ -148,6 +148,17 @@ def test_a_question_is_answered_with_its_text(alice_approves, agent_stub, ops):
     assert message["metadata"][profile.INTERACTIONS] == {"interactionId": "q-1", "value": "eu"}
 
 
+def test_a_choice_reaches_the_agent_exactly_as_it_offered_it(alice_approves, agent_stub, ops):
+    offered = " production "
+    question = approval("q-1", "Where?", kind="question", detail={"choices": [offered, "dev"]})
+    interaction = waiting_interaction(
+        agent_stub, ops, status("INPUT_REQUIRED", at=1, metadata=question)
+    )
+    assert answer(alice_approves, interaction, choice=offered, value="")[0] == 200
+    [message] = sent_messages(agent_stub)
+    assert message["metadata"][profile.INTERACTIONS]["value"] == offered
+
+
 # -- exactly once ---------------------------------------------------------------------------
 
 
