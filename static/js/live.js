@@ -171,7 +171,9 @@ function apply(message) {
   announce(message, previous);
   // Counts change with state and needs; the open questions also change while a session
   // keeps needing a person (one answered, another asked).
-  const needs = message.needsHuman || previous?.needsHuman;
+  // A question the list shows can change without the session needing anyone (being answered →
+  // sent, not confirmed → answered).
+  const needs = message.needsHuman || previous?.needsHuman || listed(id);
   if (!previous || previous.state !== message.state || needs) refreshCounts();
   document.dispatchEvent(new CustomEvent("onlooker:changed", { detail: message }));
 }
@@ -205,6 +207,7 @@ async function getJson(url) {
 }
 
 const waitingList = () => document.querySelector("[data-waiting]");
+const listed = (id) => Boolean(waitingList()?.querySelector(`[data-waiting-session="${CSS.escape(String(id))}"]`));
 
 function boardQuery(withTiles) {
   const query = new URLSearchParams();
