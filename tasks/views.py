@@ -13,7 +13,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.db.models.functions import Substr
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotFound,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -234,7 +241,7 @@ def artifact_download(
     try:
         found = activity.download(version, index)
     except activity.NotDownloadable as error:
-        raise Http404(str(error)) from None
+        return HttpResponseNotFound(str(error), content_type="text/plain; charset=utf-8")
     response = HttpResponse(found.content, content_type=found.content_type)
     response["Content-Disposition"] = content_disposition_header(True, found.filename)
     response["X-Content-Type-Options"] = "nosniff"
