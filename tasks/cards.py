@@ -343,6 +343,9 @@ def markdown_digest(markdown: str | None) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
+_NOT_READ = object()  # `store` reads the card itself unless its caller just did
+
+
 @dataclass(frozen=True)
 class Written:
     card: Card | None
@@ -374,6 +377,7 @@ def store_written(session: Session, plan: list[dict] | None, markdown: str | Non
             only_if_changed=False,
             source=Card.Source.API,
             status_digest=digest,
+            current=card,
         )
 
 
@@ -386,15 +390,17 @@ def store(
     only_if_changed: bool,
     source: str = Card.Source.STATUS,
     status_digest: str = "",
+    current: Any = _NOT_READ,
 ) -> Written:
     """Replace the session's card with already-normalized content. Clearing a card that
     never existed writes nothing; with `only_if_changed`, neither does a write that would
     show exactly what the card shows now.
 
     The caller holds the session's row lock (select_for_update) in its transaction: that
-    lock is what keeps two writers from reusing a revision."""
+    lock is what keeps two writers from reusing a revision. `current` is the session's card
+    (or None) when the caller has just read it under that lock."""
     with transaction.atomic():
-        card = Card.objects.filter(session=session).first()
+        card = Card.objects.filter(session=session).first() if current is _NOT_READ else current
         if card is None:
             if plan is None and markdown is None and not facts:
                 return Written(None, changed=False)
@@ -515,6 +521,7 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         only_if_changed=True,
         source=source,
         status_digest=status_digest,
+        current=card,
     )
 
 

@@ -281,8 +281,13 @@ class _Applier:
         metadatas = (event_metadata, message_metadata)
         at = status.timestamp or self.now
 
-        if status.message is not None and self._is_note(status):
-            # Kept once the card is derived: as a receipt if it changed the card.
+        if (
+            status.message is not None
+            and self._is_note(status)
+            and status.state not in TERMINAL_STATES
+        ):
+            # Kept once the card is derived: as a receipt if it changed the card. A final
+            # status's text is the turn's reply: the transcript keeps it as said.
             self.note = (task, status.message, at, status.timestamp is None)
         elif status.message is not None:
             self._transcript(task, status.message, at, estimated=status.timestamp is None)
