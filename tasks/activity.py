@@ -15,7 +15,10 @@ from; "show all" opens a question whole.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +26,9 @@ from typing import Any
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
+from tasks import cards
 from tasks.cards import strip_invisible
-from tasks.models import Artifact, Interaction, Message, Session
+from tasks.models import Artifact, Interaction, Message, Session, Task
 from tasks.templatetags.onlooker import choices, connect_url, web_url
 
 MESSAGE_CHARS = 10_000  # of one message, on the page
@@ -143,11 +147,45 @@ def artifacts(session: Session, before: str | None) -> Shown:
         )
     )
     for version in versions:
-        version.preview, parts_cut = preview(version.parts)
+        markdown = version.files if version.markdown_html else _NOT_MARKDOWN
+        version.preview, parts_cut = preview(version.parts, markdown_files=markdown)
         version.description_cut = version.description_length > DESCRIPTION_CHARS
-        version.cut = parts_cut or version.description_cut
+        version.cut = parts_cut or version.description_cut or _markdown_cut(version)
+        version.downloads = downloads(version)
     earlier = min(chosen) if chosen and len(chosen) < len(sizes) else None
-    return Shown(versions, earlier)
+    return Shown(_grouped(versions), earlier)
+
+
+@dataclass(frozen=True)
+class ArtifactGroup:
+    """One artifact of one turn, as the page lists it: its newest version on this page, and
+    the older ones (folded)."""
+
+    latest: Artifact
+    older: list[Artifact]
+
+
+def _grouped(versions: list[Artifact]) -> list[ArtifactGroup]:
+    """Versions grouped per artifact (artifact ids are unique within a task): the artifact
+    with the newest version first, each one's versions latest first."""
+    groups: dict[tuple[int, str], list[Artifact]] = {}
+    for version in sorted(versions, key=lambda v: (v.sequence, v.pk), reverse=True):
+        groups.setdefault((version.task_id, version.artifact_id), []).append(version)
+    ordered = sorted(groups.values(), key=lambda group: max(v.pk for v in group), reverse=True)
+    return [ArtifactGroup(group[0], group[1:]) for group in ordered]
+
+
+_NOT_MARKDOWN = object()
+
+
+def _markdown_cut(version: Artifact) -> bool:
+    """Whether the rendered markdown is only the start of the version's markdown text."""
+    if not version.markdown_html:
+        return False
+    total = sum(
+        len(part["text"]) for part in version.parts if cards.is_markdown_part(part, version.files)
+    )
+    return total > cards.MAX_ARTIFACT_MARKDOWN_CHARS
 
 
 def _data_text(data: Any) -> str:
@@ -184,18 +222,24 @@ def _part(part: dict, room: int) -> tuple[dict | None, int, bool]:
     return None, 0, False
 
 
-def preview(parts: Any, budget: int = VERSION_CHARS) -> tuple[list[dict], bool]:
-    """The parts a page shows of one artifact version, and whether that is not all."""
+def preview(
+    parts: Any, budget: int = VERSION_CHARS, *, markdown_files: Any = _NOT_MARKDOWN
+) -> tuple[list[dict], bool]:
+    """The parts a page shows of one artifact version, and whether that is not all. With
+    `markdown_files` (the version's files/v1 data), its markdown text parts are left out:
+    the page shows them rendered. Each part shown has its `index` in `parts`."""
     shown: list[dict] = []
     room = budget
-    for part in parts if isinstance(parts, list) else []:
+    for index, part in enumerate(parts if isinstance(parts, list) else []):
         if not isinstance(part, dict):
+            continue
+        if markdown_files is not _NOT_MARKDOWN and cards.is_markdown_part(part, markdown_files):
             continue
         if room <= 0:
             return shown, True
         item, size, cut = _part(part, room)
         if item is not None:
-            shown.append(item)
+            shown.append({**item, "index": index})
         room -= size
         if cut:
             return shown, True
@@ -224,6 +268,130 @@ def artifact_text(version: Artifact) -> str:
         elif part.get("data") is not None:
             lines.append(_data_text(part["data"]))
     return "\n".join(lines) + "\n"
+
+
+# -- downloads --------------------------------------------------------------------------
+
+
+class NotDownloadable(LookupError):
+    """The part named is not one Onlooker can offer as a file."""
+
+
+@dataclass(frozen=True)
+class Download:
+    content: bytes
+    filename: str
+    content_type: str
+
+
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
+FILENAME_CHARS = 120
+
+
+def _filename(part: dict, version: Artifact, extension: str) -> str:
+    """The agent's filename, or one made from the artifact's name: no path, no control or
+    bidi characters (a right-to-left override turns "gpj.exe" into "exe.jpg")."""
+    name = part.get("filename")
+    if not isinstance(name, str) or not name.strip():
+        name = f"{version.name or version.artifact_id}-v{version.sequence}{extension}"
+    name = _UNSAFE_NAME.sub("_", cards.strip_invisible(name)).strip(" .")
+    return name[-FILENAME_CHARS:] or f"artifact{extension}"
+
+
+def _base64(raw: str) -> bytes:
+    padded = raw.strip() + "=" * (-len(raw.strip()) % 4)
+    try:
+        return base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        return base64.urlsafe_b64decode(padded)  # ProtoJSON accepts both alphabets
+
+
+DOWNLOADS_SHOWN = 20
+
+
+def downloads(version: Artifact) -> list[dict]:
+    """The parts of a version offered as files: `{index, name}` each, the first twenty."""
+    found = []
+    for index, part in enumerate(version.parts if isinstance(version.parts, list) else []):
+        kind = _download_kind(part, version.files)
+        if kind is not None:
+            found.append({"index": index, "name": _filename(part, version, kind[0])})
+        if len(found) == DOWNLOADS_SHOWN:
+            break
+    return found
+
+
+def _download_kind(part: Any, files: Any) -> tuple[str, str] | None:
+    """(extension, content type) of a part offered as a file, or None."""
+    if not isinstance(part, dict):
+        return None
+    if isinstance(part.get("text"), str):
+        markdown = cards.is_markdown_part(part, files)
+        return (".md" if markdown else ".txt"), "text/plain; charset=utf-8"
+    if isinstance(part.get("raw"), str):
+        # Never the agent's media type, which could say text/html.
+        return ".bin", "application/octet-stream"
+    if part.get("data") is not None:
+        return ".json", "application/json"
+    return None
+
+
+def download(version: Artifact, index: int) -> Download:
+    """Part `index` of an artifact version as a file: text as UTF-8 text, raw bytes as
+    application/octet-stream (never the agent's media type, which could say text/html),
+    data as JSON. Raises NotDownloadable for anything else."""
+    parts = version.parts if isinstance(version.parts, list) else []
+    part = parts[index] if 0 <= index < len(parts) else None
+    kind = _download_kind(part, version.files)
+    if kind is None:
+        raise NotDownloadable("no part to download there (a link, or no such part)")
+    extension, content_type = kind
+    if isinstance(part.get("text"), str):
+        content = part["text"].encode("utf-8", errors="replace")
+    elif isinstance(part.get("raw"), str):
+        try:
+            content = _base64(part["raw"])
+        except (binascii.Error, ValueError):
+            raise NotDownloadable("this part's bytes are not valid base64") from None
+    else:
+        content = _data_text(part["data"]).encode("utf-8", errors="replace")
+    return Download(content, _filename(part, version, extension), content_type)
+
+
+# -- telemetry ----------------------------------------------------------------------------
+
+TURNS_SHOWN = 50
+
+
+def _number(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else 0
+
+
+def totals(session: Session) -> dict:
+    """The session's telemetry/v1 summed over all its turns (tasks): {"costUsd", "tokens",
+    "steps"}, 0 for what no turn reported."""
+    cost, tokens, steps = [], 0, 0
+    for telemetry in (
+        session.tasks.exclude(telemetry=None).values_list("telemetry", flat=True).iterator()
+    ):
+        if not isinstance(telemetry, dict):
+            continue
+        cost.append(_number(telemetry.get("costUsd")))
+        tokens += int(_number(telemetry.get("tokens")))
+        steps += int(_number(telemetry.get("steps")))
+    # Summed exactly, then rounded past what a cost shows: 0.1 + 0.2 is 0.3.
+    return {"costUsd": round(math.fsum(cost), 9), "tokens": tokens, "steps": steps}
+
+
+def turns(session: Session) -> list[Task]:
+    """The session's newest turns (tasks) that reported telemetry, newest first: what the
+    page lists under the totals, each with its own cost and trace id."""
+    return list(
+        session.tasks.exclude(telemetry=None)
+        .only("task_id", "state", "telemetry", "status_timestamp", "status_received_at")
+        .order_by("-created_at", "-id")[:TURNS_SHOWN]
+    )
 
 
 def questions(rows: QuerySet[Interaction]) -> list[Interaction]:

@@ -12,6 +12,7 @@ from functools import wraps
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from tasks import activity
 from tasks.models import Artifact, Interaction, Session, TaskState
 
 MAX_LIMIT = 1000
@@ -91,8 +92,15 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
     tasks = list(session.tasks.order_by("created_at", "id"))
     data = session_json(session)
     data["tasks"] = [
-        {"taskId": t.task_id, "state": t.state, "statusTimestamp": t.shown_timestamp} for t in tasks
+        {
+            "taskId": t.task_id,
+            "state": t.state,
+            "statusTimestamp": t.shown_timestamp,
+            "telemetry": t.telemetry if isinstance(t.telemetry, dict) else None,
+        }
+        for t in tasks
     ]
+    data["totals"] = activity.totals(session)
     data["interactions"] = [
         {
             "interactionId": i.interaction_id,

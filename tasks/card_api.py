@@ -9,7 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from tasks import broadcast, cards, json_safety
+from tasks import broadcast, cards, ingest, json_safety
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
 
@@ -101,8 +101,10 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
             agent=agent, context_id=key, defaults={"updated_at": now}
         )
         session = Session.objects.select_for_update().get(pk=session.pk)
-        card = cards.store(session, plan, markdown, facts=None, only_if_changed=False).card
+        card = cards.store_written(session, plan, markdown).card
         if card is not None:
+            # The transcript's one writer of the agent side keeps the receipt.
+            ingest.card_receipt(session, card, at=now)
             session.updated_at = now
             session.save(update_fields=["updated_at"])
             broadcast.session_changed(session, team_id=agent.team_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -147,7 +148,9 @@ def step_counts(plan: list[dict] | None) -> dict | None:
 
 
 def receipt(card: Card | None) -> str:
-    if card is None or card.is_cleared:
+    """The one line a card write leaves (OpenClaw's receipt): it names the revision and the
+    plan's count, never the note, which the card itself shows."""
+    if card is None or (card.plan is None and not card.markdown):
         return "Progress card cleared"
     counts = step_counts(card.plan)
     if counts is None:
@@ -296,6 +299,43 @@ def render(markdown: str) -> str:
     return _cleaner.clean(html).strip()
 
 
+# Of an artifact's markdown: what its version on the session page renders (the rest is a
+# "show all" away, as plain text).
+MAX_ARTIFACT_MARKDOWN_CHARS = 10_000
+
+
+def render_artifact(markdown: str) -> str:
+    """A text/markdown artifact's first MAX_ARTIFACT_MARKDOWN_CHARS characters, rendered and
+    sanitized exactly as a card's note is (same allowlist, same stripping)."""
+    return render(strip_invisible(markdown[:MAX_ARTIFACT_MARKDOWN_CHARS].replace("\x00", "")))
+
+
+_MARKDOWN_SUFFIXES = (".md", ".markdown")
+
+
+def is_markdown_part(part: Any, files: Any) -> bool:
+    """A text part in markdown: its mediaType says text/markdown, or it has none and the
+    artifact's files/v1 path names a markdown file."""
+    if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+        return False
+    media = part.get("mediaType")
+    if isinstance(media, str) and media:
+        return media.split(";")[0].strip().lower() == "text/markdown"
+    path = files.get("path") if isinstance(files, dict) else None
+    return isinstance(path, str) and path.lower().endswith(_MARKDOWN_SUFFIXES)
+
+
+def artifact_html(parts: Any, files: Any) -> str:
+    """An artifact version's markdown text parts, rendered once (when the version is stored)
+    by the card's renderer and sanitizer; "" when it has none."""
+    texts = [
+        part["text"]
+        for part in (parts if isinstance(parts, list) else [])
+        if is_markdown_part(part, files) and part["text"]
+    ]
+    return render_artifact("\n\n".join(texts)) if texts else ""
+
+
 def markdown_digest(markdown: str | None) -> str:
     return hashlib.sha256((markdown or "").encode()).hexdigest()
 
@@ -303,17 +343,42 @@ def markdown_digest(markdown: str | None) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
+_NOT_READ = object()  # `store` reads the card itself unless its caller just did
+
+
 @dataclass(frozen=True)
 class Written:
     card: Card | None
     changed: bool
+    # The plan or note changed (or who wrote them): the write leaves a transcript receipt.
+    content_changed: bool = False
 
 
 def write(session: Session, *, plan: Any = None, markdown: Any = None) -> Written:
     """A direct write (the card API): validate, then replace the whole card. Every write is
     a revision, even one that repeats the card."""
     plan, markdown = normalize(plan, markdown)
-    return store(session, plan, markdown, facts=None, only_if_changed=False)
+    return store_written(session, plan, markdown)
+
+
+def store_written(session: Session, plan: list[dict] | None, markdown: str | None) -> Written:
+    """A card-API write of already-normalized content: it replaces the plan and note and
+    becomes the card's source until the agent's statuses give a new plan or note. What the
+    session's tasks say beside them (state, the open question, cost) stays."""
+    with transaction.atomic():
+        card = Card.objects.filter(session=session).first()
+        facts = card.facts if card is not None else None
+        digest = card.status_digest if card is not None else ""
+        return store(
+            session,
+            plan,
+            markdown,
+            facts,
+            only_if_changed=False,
+            source=Card.Source.API,
+            status_digest=digest,
+            current=card,
+        )
 
 
 def store(
@@ -323,25 +388,38 @@ def store(
     facts: dict | None,
     *,
     only_if_changed: bool,
+    source: str = Card.Source.STATUS,
+    status_digest: str = "",
+    current: Any = _NOT_READ,
 ) -> Written:
     """Replace the session's card with already-normalized content. Clearing a card that
     never existed writes nothing; with `only_if_changed`, neither does a write that would
     show exactly what the card shows now.
 
     The caller holds the session's row lock (select_for_update) in its transaction: that
-    lock is what keeps two writers from reusing a revision."""
+    lock is what keeps two writers from reusing a revision. `current` is the session's card
+    (or None) when the caller has just read it under that lock."""
     with transaction.atomic():
-        card = Card.objects.filter(session=session).first()
+        card = Card.objects.filter(session=session).first() if current is _NOT_READ else current
         if card is None:
             if plan is None and markdown is None and not facts:
                 return Written(None, changed=False)
             card = Card(session=session, revision=0)
-        elif only_if_changed and (card.plan, card.markdown or None, card.facts) == (
+        elif only_if_changed and (card.plan, card.markdown or None, card.facts, card.source) == (
             plan,
             markdown,
             facts,
+            source,
         ):
+            if card.status_digest != status_digest:
+                card.status_digest = status_digest
+                card.save(update_fields=["status_digest"])
             return Written(card, changed=False)
+        content_changed = (
+            card.pk is None
+            or (card.plan, card.markdown or None, card.source) != (plan, markdown, source)
+            or not only_if_changed
+        )
         digest = markdown_digest(markdown)
         if markdown is None:
             html = ""
@@ -349,12 +427,16 @@ def store(
             html = card.html
         else:
             html = render(markdown)
+        now = timezone.now()
         card.revision += 1
         card.plan, card.markdown, card.facts = plan, markdown or "", facts
         card.html, card.markdown_sha256 = html, digest
-        card.updated_at = timezone.now()
+        card.updated_at = now
+        card.source, card.status_digest = source, status_digest
+        if content_changed:
+            card.source_at = now
         card.save()
-    return Written(card, changed=True)
+    return Written(card, changed=True, content_changed=content_changed)
 
 
 # -- cards of A2A sessions --------------------------------------------------------------
@@ -393,6 +475,13 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
     )
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
+    status_digest = _content_digest(plan, markdown)
+    card = Card.objects.filter(session=session).first()
+    source = Card.Source.STATUS
+    if card is not None and card.source == Card.Source.API and card.status_digest == status_digest:
+        # Two writers, one card: the latest write wins. The statuses give no plan or note
+        # newer than what they gave before the card-API write, so that write stands.
+        plan, markdown, source = card.plan, card.markdown or None, Card.Source.API
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
     question = None
     if session.needs_human:
@@ -424,9 +513,27 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
     newest = tasks[0] if tasks else None
     if newest is not None and newest.uncertain_effects:
         facts["uncertain"] = list(newest.uncertain_effects)
-    if newest is not None and newest.is_terminal and newest.telemetry:
-        facts["telemetry"] = newest.telemetry
-    return store(session, plan, markdown, facts or None, only_if_changed=True)
+    # The latest ended turn's telemetry stays on the card while the next turn runs.
+    ended = next((t for t in tasks if t.is_terminal and t.telemetry), None)
+    if ended is not None:
+        facts["telemetry"] = ended.telemetry
+    return store(
+        session,
+        plan,
+        markdown,
+        facts or None,
+        only_if_changed=True,
+        source=source,
+        status_digest=status_digest,
+        current=card,
+    )
+
+
+def _content_digest(plan: list[dict] | None, markdown: str | None) -> str:
+    """Names the plan and note the statuses give; "" for none, as on a card no status wrote."""
+    if plan is None and markdown is None:
+        return ""
+    return hashlib.sha256(json.dumps([plan, markdown], sort_keys=True).encode()).hexdigest()
 
 
 def _truncate(text: str, limit: int) -> str:

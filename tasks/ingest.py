@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -28,6 +28,7 @@ from tasks.models import (
     TERMINAL_STATES,
     Agent,
     Artifact,
+    Card,
     Delivery,
     Interaction,
     Message,
@@ -64,6 +65,22 @@ def _asked_again(interaction: Interaction, status: p.Status) -> bool:
         return interaction.asked_at is None or status.timestamp > interaction.asked_at
     asking = status.message.message_id if status.message else ""
     return bool(asking) and asking != interaction.asked_message_id
+
+
+def card_receipt(
+    session: Session, card: Card | None, *, at: datetime, task: Task | None = None
+) -> None:
+    """The transcript's line for a card write, OpenClaw's receipt ("Progress card updated
+    (rev 4, 1/3 done)"): for card-API writes, and for plan changes that came without a
+    note. Call it under the session's row lock, in the write's transaction."""
+    Message.objects.create(
+        session=session,
+        task=task,
+        role=Message.Role.AGENT,
+        text=cards.receipt(card),
+        at=at,
+        card_update=True,
+    )
 
 
 def idempotency_key(webhook_id: str | None, body: bytes) -> str:
@@ -164,6 +181,9 @@ class _Applier:
     now: datetime
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
+    # The applied status's note message and time: what a card receipt is kept as.
+    note: tuple[Task, p.Message, datetime, bool] | None = None
+    status_at: tuple[Task, datetime] | None = None
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -232,7 +252,32 @@ class _Applier:
         session.derive_needs_human()
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
-        cards.from_session(session, tasks)
+        written = cards.from_session(session, tasks)
+        self._receipt(written)
+
+    # -- card receipts --------------------------------------------------------------------
+
+    def _receipt(self, written: cards.Written) -> None:
+        """A status that changed the card's plan or note leaves one transcript line, the
+        receipt, in place of its text (the card shows the note). A note that changed nothing
+        on the card (older than the one shown, or the same text again) is kept as what the
+        agent said."""
+        card = written.card
+        wrote = (
+            written.content_changed
+            and card is not None
+            and card.source == Card.Source.STATUS
+            and (card.plan is not None or bool(card.markdown))
+        )
+        if self.note is not None:
+            task, message, at, estimated = self.note
+            if wrote:
+                receipt = p.Part(text=cards.receipt(card))
+                message = replace(message, parts=(receipt,))
+            self._transcript(task, message, at, estimated=estimated, card_update=wrote)
+        elif wrote and self.status_at is not None:
+            task, at = self.status_at
+            card_receipt(self.session, card, at=at, task=task)
 
     # -- statuses -------------------------------------------------------------------------
 
@@ -255,14 +300,17 @@ class _Applier:
         metadatas = (event_metadata, message_metadata)
         at = status.timestamp or self.now
 
-        if status.message is not None:
-            self._transcript(
-                task,
-                status.message,
-                at,
-                estimated=status.timestamp is None,
-                card_update=self._is_note(status),
-            )
+        if (
+            status.message is not None
+            and self._is_note(status)
+            and status.state not in TERMINAL_STATES
+        ):
+            # Kept once the card is derived: as a receipt if it changed the card. A final
+            # status's text is the turn's reply: the transcript keeps it as said.
+            self.note = (task, status.message, at, status.timestamp is None)
+        elif status.message is not None:
+            self._transcript(task, status.message, at, estimated=status.timestamp is None)
+        self.status_at = (task, at)
         if status.timestamp is not None and task.status_timestamp is None:
             # The task's first dated status: messages dated only by their receipt (the
             # user's, in a snapshot that raced the agent's first update) came before it.
@@ -470,7 +518,9 @@ class _Applier:
         value = profile.find(profile.FILES, *metadatas)
         return None if value is None else profile.read_files(value, self.warnings)
 
-    def _new_version(self, task: Task, artifact: p.Artifact, parts: list[dict], files) -> None:
+    def _new_version(
+        self, task: Task, artifact: p.Artifact, parts: list[dict], files, *, complete: bool = True
+    ) -> None:
         last = task.artifacts.filter(artifact_id=artifact.artifact_id).aggregate(n=Max("sequence"))
         Artifact.objects.create(
             task=task,
@@ -480,6 +530,8 @@ class _Applier:
             description=artifact.description,
             parts=parts,
             files=files,
+            complete=complete,
+            markdown_html=cards.artifact_html(parts, files),
             received_at=self.now,
         )
 
@@ -508,14 +560,20 @@ class _Applier:
                     f"append for artifact {artifact.artifact_id!r} not seen before; "
                     "kept as its first version"
                 )
-                self._new_version(task, artifact, parts, files)
+                self._new_version(task, artifact, parts, files, complete=event.last_chunk)
                 return
             # A2A chunks carry no index: they are assembled in arrival order.
             latest.parts = [*latest.parts, *parts]
             latest.files = files or latest.files
             latest.name = artifact.name or latest.name
-            latest.save(update_fields=["parts", "files", "name"])
+            latest.complete = event.last_chunk
+            latest.markdown_html = cards.artifact_html(latest.parts, latest.files)
+            latest.save(update_fields=["parts", "files", "name", "complete", "markdown_html"])
             return
         if latest is not None and latest.parts == parts and (files or None) == latest.files:
+            if event.last_chunk and not latest.complete:
+                latest.complete = True
+                latest.save(update_fields=["complete"])
             return
-        self._new_version(task, artifact, parts, files)
+        # A version's first chunk: more may follow (appended) until one says lastChunk.
+        self._new_version(task, artifact, parts, files, complete=event.last_chunk)

@@ -380,7 +380,11 @@ class Artifact(models.Model):
     files = models.JSONField(
         decoder=StoredJSONDecoder, null=True, blank=True, help_text="files/v1 data"
     )
+    # False while the agent streams the version in chunks and has not sent `lastChunk`.
     complete = models.BooleanField(default=True)
+    # A text/markdown version's note, rendered and sanitized once when it arrives (cards.py);
+    # empty for any other version.
+    markdown_html = models.TextField(blank=True)
     received_at = models.DateTimeField()
 
     class Meta:
@@ -468,6 +472,18 @@ class Card(models.Model):
     # uncertain effects, cost and trace id.
     facts = models.JSONField(decoder=StoredJSONDecoder, null=True, blank=True)
     updated_at = models.DateTimeField()
+
+    class Source(models.TextChoices):
+        STATUS = "status", "from the agent's status"
+        API = "api", "written through the card API"
+
+    # Who wrote the plan and note the card shows, and when: the latest writer wins (README,
+    # "Two writers, one card").
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.STATUS)
+    source_at = models.DateTimeField(null=True, blank=True)
+    # The digest of the plan and note the agent's statuses last gave: a push that does not
+    # change them leaves a card-API write in place.
+    status_digest = models.CharField(max_length=64, blank=True)
 
     def __str__(self) -> str:
         return f"card of {self.session} (rev {self.revision})"

@@ -23,6 +23,11 @@ urlpatterns = [
         views.artifact_text,
         name="session-artifact-text",
     ),
+    path(
+        "sessions/<int:session_id>/artifacts/<int:artifact_id>/parts/<int:index>/download/",
+        views.artifact_download,
+        name="session-artifact-download",
+    ),
     path("live/board/", views.live_board, name="live-board"),
     path("sessions/<int:session_id>/messages/", views.send_message, name="session-message"),
     path("sessions/<int:session_id>/cancel/", views.cancel_task, name="session-cancel"),

@@ -13,7 +13,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.db.models.functions import Substr
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotFound,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -151,6 +158,8 @@ def _activity(session: Session, query) -> dict:
         .defer("prompt", "detail")
         .annotate(shown_prompt=Substr("prompt", 1, 121))
         .order_by("-answered_at")[:50],
+        "totals": activity.totals(session),
+        "turns": activity.turns(session),
         "working_task": session.tasks.exclude(state__in=TERMINAL_STATES)
         .order_by("-status_received_at", "-id")
         .first(),
@@ -252,6 +261,27 @@ def artifact_text(request: HttpRequest, session_id: int, artifact_id: int) -> Ht
     if version is None:
         raise Http404("No such artifact version in this session.")
     return _plain_text(activity.artifact_text(version))
+
+
+@require_GET
+@login_required
+def artifact_download(
+    request: HttpRequest, session_id: int, artifact_id: int, index: int
+) -> HttpResponse:
+    """One part of an artifact version as a file: always an attachment, in a content type
+    that cannot run as a page, whatever the agent said it was."""
+    session = _visible_session(request, session_id)
+    version = Artifact.objects.filter(task__session=session, pk=artifact_id).first()
+    if version is None:
+        raise Http404("No such artifact version in this session.")
+    try:
+        found = activity.download(version, index)
+    except activity.NotDownloadable as error:
+        return HttpResponseNotFound(str(error), content_type="text/plain; charset=utf-8")
+    response = HttpResponse(found.content, content_type=found.content_type)
+    response["Content-Disposition"] = content_disposition_header(True, found.filename)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @require_GET

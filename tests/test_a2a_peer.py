@@ -320,15 +320,19 @@ def assert_matches_get_task(peer: Peer, agent_id: int, row: Task) -> dict:
         (asked[0]["interactionId"], asked[0]["kind"], asked[0]["prompt"])
     ]
 
-    # The agent's words in the transcript are the ones in its history and status.
+    # The agent's messages in the transcript are the ones in its history and status: each as
+    # said, or, when it became the card's note, as the card's receipt.
     said = {
-        text_of(m)
+        m["messageId"]: text_of(m)
         for m in [*agent_view.get("history", []), status.get("message") or {}]
         if m.get("role") == "ROLE_AGENT"
     }
-    assert (
-        set(row.session.messages.filter(role="ROLE_AGENT").values_list("text", flat=True)) == said
-    )
+    kept = row.session.messages.filter(role="ROLE_AGENT").exclude(message_id="")
+    assert {m.message_id for m in kept} == set(said)
+    for m in kept:
+        assert m.text == said[m.message_id] or (
+            m.card_update and m.text.startswith("Progress card updated (rev ")
+        ), m.text
     return agent_view
 
 

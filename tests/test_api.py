@@ -123,6 +123,7 @@ def test_detail_shows_tasks_interactions_artifacts_and_messages(client, alice, o
             "taskId": "task-1",
             "state": "TASK_STATE_AUTH_REQUIRED",
             "statusTimestamp": "2026-11-30T12:00:02Z",
+            "telemetry": None,
         }
     ]
     assert data["interactions"] == [
@@ -148,7 +149,7 @@ def test_detail_shows_tasks_interactions_artifacts_and_messages(client, alice, o
         "path": "out/r.md",
     }
     assert [(m["role"], m["text"]) for m in data["messages"]] == [
-        ("ROLE_AGENT", "Reading"),
+        ("ROLE_AGENT", "Progress card updated (rev 1)"),
         ("ROLE_AGENT", "Deploy?"),
     ]
 

@@ -91,7 +91,7 @@ SURROGATE_BODIES = {
         status("WORKING", text="hi", message_id=f"m{LONE}"),
         lambda: Message.objects.get().message_id,
     ),
-    "message text": (status("WORKING", text=f"hi {LONE}"), lambda: Message.objects.get().text),
+    "message text": (status("WORKING", text=f"hi {LONE}"), lambda: Task.objects.get().note),
     "artifact name": (artifact("a", "x", name=f"n{LONE}"), lambda: Artifact.objects.get().name),
     "artifact text part": (
         artifact("a", f"x{LONE}"),
@@ -158,7 +158,7 @@ def test_a_lone_surrogate_pushed_with_a_bearer_token_is_kept_too(client, token_a
     body = status("WORKING", task="t\udc00", text="x\udbffA")
     stored_everywhere(push(client, token_agent, body))
     assert Task.objects.get().task_id == f"t{FFFD}"
-    assert Message.objects.get().text == f"x{FFFD}A"
+    assert Task.objects.get().note == f"x{FFFD}A"
 
 
 def test_a_surrogate_pair_is_one_character_and_kept_as_it_is(client, signed_agent):
@@ -173,7 +173,7 @@ def test_a_surrogate_pair_is_one_character_and_kept_as_it_is(client, signed_agen
     )
     stored_everywhere(response)
     assert Task.objects.get().task_id == "t\U0001f600"
-    assert Message.objects.get().text == f"\\ud800 is how it is written, {FFFD} is one"
+    assert Task.objects.get().note == f"\\ud800 is how it is written, {FFFD} is one"
 
 
 # -- timestamps -----------------------------------------------------------------------------

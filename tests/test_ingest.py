@@ -80,7 +80,9 @@ def test_older_status_is_logged_not_applied_but_its_message_is_kept(client, toke
     send(client, token_agent, status("WORKING", at=5, text="step two"))
     assert send(client, token_agent, status("SUBMITTED", at=2, text="step one")) == "stale"
     assert task().state == "TASK_STATE_WORKING"
-    assert [m.text for m in Message.objects.all()] == ["step one", "step two"]
+    # The newer text became the card's note: the transcript keeps its receipt; the older one
+    # never reached the card and is kept as said.
+    assert [m.text for m in Message.objects.all()] == ["step one", "Progress card updated (rev 1)"]
 
 
 def test_terminal_state_is_final(client, token_agent):
@@ -393,7 +395,7 @@ def test_users_message_stays_before_agent_statuses_stamped_earlier_than_its_rece
     with time_machine.travel(NOW + timedelta(seconds=2), tick=False):
         send(client, token_agent, snapshot(history=[user]))
         send(client, token_agent, status("WORKING", at=1, text="on it"))
-    assert [m.text for m in Message.objects.all()] == ["please", "on it"]
+    assert [m.text for m in Message.objects.all()] == ["please", "Progress card updated (rev 2)"]
 
 
 def test_snapshot_repeats_known_messages_and_artifacts_without_duplicating(client, token_agent):

@@ -141,10 +141,14 @@ def final_state(agent) -> dict:
             )
             for c in Card.objects.filter(session__agent=agent).select_related("session")
         ),
+        # Every message kept once, at its time. By id, not text: a note that changed the
+        # card is kept as its receipt, which names the card's revision, and revisions
+        # follow arrival order (a note that arrived late never reached the card).
         "transcript": list(
             Message.objects.filter(session__agent=agent)
-            .order_by("session__context_id", "at", "id")
-            .values_list("session__context_id", "role", "text", "at")
+            .exclude(message_id="")
+            .order_by("session__context_id", "at", "message_id")
+            .values_list("session__context_id", "role", "message_id", "at")
         ),
     }
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tasks.models import Artifact, Message, Session
-from tests.builders import artifact, status
+from tests.builders import artifact, message, status
 from tests.conftest import make_agent, push
 
 BIG = 900 * 1024
@@ -52,7 +52,8 @@ def test_eight_big_pushes_make_a_page_under_a_megabyte_with_all_of_it_one_link_a
 ):
     texts = [f"message {i} " + "m" * BIG + f" end of message {i}" for i in range(4)]
     for i, text in enumerate(texts):
-        send(client, team_agent, status("WORKING", at=i + 1, text=text))
+        said = message(text, message_id=f"m{i}")  # said, not a card note (which is bounded)
+        send(client, team_agent, {"message": {**said, "taskId": "task-1", "contextId": "ctx-1"}})
     versions = [
         [f"version {v} part {p} " + "a" * (BIG // 9) + f" end {v}.{p}" for p in range(9)]
         for v in range(3)
@@ -150,7 +151,7 @@ def test_anchors_that_name_nothing_in_the_session_are_refused(client, alice, ops
     send(client, other, status("WORKING", at=1, text="elsewhere", context="ctx-2"))
     send(client, other, artifact("x", "elsewhere", context="ctx-2"))
     session = Session.objects.get(context_id="ctx-1")
-    elsewhere = Message.objects.get(text="elsewhere")
+    elsewhere = Message.objects.get(session__context_id="ctx-2")
     client.force_login(alice)
 
     bad = {

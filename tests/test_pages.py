@@ -176,7 +176,7 @@ def test_session_page_shows_receipts_artifacts_and_what_the_agent_waits_for(clie
     page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
 
     receipt = page[page.index('class="message message-receipt"') :]
-    assert "Progress card updated: Reading the logs" in receipt[: receipt.index("</summary>")]
+    assert "Progress card updated (rev 1)" in receipt[: receipt.index("</li>")]
     assert "<strong>Approval</strong>: Deploy to prod?" in page
     assert "version 2" in page and "out/r.md" in page and "ab" * 32 in page
     assert "2.0\xa0KB (2048 bytes)" in page and "Summary: all green" in page
@@ -246,4 +246,8 @@ def test_a_receipt_reads_as_one_plain_line(client, alice, ops):
     send(client, make_agent(team=ops), status("WORKING", at=1, text=note))
     client.force_login(alice)
     page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
-    assert "Progress card updated: Release 2.4: tests a b done</summary>" in page
+    transcript = page[page.index('<ol class="transcript">') :]
+    transcript = transcript[: transcript.index("</ol>")]
+    # The receipt, OpenClaw's line; the note itself is on the card, not copied here.
+    assert ">Progress card updated (rev 1)</span></li>" in transcript
+    assert "Release 2.4" not in transcript and "Release 2.4" in page

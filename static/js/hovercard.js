@@ -1,7 +1,8 @@
 // Sidebar hovercard: hovering a row (a real hover pointer) or focusing its link for ~350 ms
 // shows that session's card in a dialog beside the row. It loads the card first and shows
 // nothing for a session without one; it follows live messages while open; Escape closes it
-// and returns focus to the row.
+// and returns focus to the row. Never for the session the page itself shows: its card is
+// already live on the page, and one view shows one live copy of a card.
 import { fragment } from "./fragments.js";
 
 const OPEN_DELAY_MS = 350;
@@ -10,6 +11,7 @@ const GAP_PX = 10;
 const MARGIN_PX = 12;
 
 const list = document.querySelector("[data-sidebar-list]");
+const pageSession = document.body.dataset.liveSession || null; // the session page's own
 const canHover = window.matchMedia("(hover: hover)");
 
 let openTimer = null;
@@ -32,7 +34,7 @@ function schedule(row) {
   clearTimeout(closeTimer);
   clearTimeout(openTimer);
   const id = row.dataset.sidebarSession;
-  if (id === openFor || id === dismissed) return;
+  if (id === openFor || id === dismissed || id === pageSession) return;
   openTimer = setTimeout(() => open(row.dataset.sidebarSession), OPEN_DELAY_MS);
 }
 
@@ -56,7 +58,7 @@ async function load(id) {
 
 async function open(id) {
   const row = list?.querySelector(`[data-sidebar-session="${id}"]`);
-  if (!row || row.dataset.hasCard !== "true") return;
+  if (!row || row.dataset.hasCard !== "true" || id === pageSession) return;
   const mine = ++request;
   const snapshot = await load(id);
   if (mine !== request || !snapshot?.hasCard) return;
@@ -145,7 +147,15 @@ document.addEventListener("keydown", (event) => {
   linkOf(id)?.focus();
 });
 
+// The page's own row opens no dialog: say so to assistive technology (rows are re-rendered
+// by live messages, so again after each).
+function unmarkOwnRow() {
+  if (pageSession) linkOf(pageSession)?.removeAttribute("aria-haspopup");
+}
+unmarkOwnRow();
+
 document.addEventListener("onlooker:changed", (event) => {
+  unmarkOwnRow();
   const message = event.detail;
   if (!card || String(message.session) !== openFor) return;
   if (!message.hasCard) {
@@ -160,6 +170,7 @@ document.addEventListener("onlooker:changed", (event) => {
 
 // The page refetched after a reconnect: what the open card shows may have changed unheard.
 document.addEventListener("onlooker:refetched", async () => {
+  unmarkOwnRow();
   if (!card) return;
   const id = openFor;
   const snapshot = await load(id);

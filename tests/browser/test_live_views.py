@@ -262,8 +262,10 @@ def test_no_hovercard_for_a_session_without_a_card(server, page, login, open_liv
     cardless = Session.objects.get(context_id="cardless")
     assert not Card.objects.filter(session=cardless).exists()
     with_card = send(server, agent, status("WORKING", at=1, context="carded", text="Has one"))
+    # A third session's page: the page's own session never gets a hovercard.
+    host = send(server, agent, status("WORKING", at=1, context="host", task="t3", text="Host"))
     login(alice)
-    open_live(f"/sessions/{with_card.pk}/")
+    open_live(f"/sessions/{host.pk}/")
 
     # The control: on this page, hovering a row with a card opens its hovercard.
     page.locator(f'li[data-sidebar-session="{with_card.pk}"]').hover()
