@@ -178,9 +178,11 @@ def _stop(children: list[subprocess.Popen]) -> None:
     for child in reversed(children):
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
+    # One deadline for all: Ctrl-C must not take ten seconds per child that lingers.
+    deadline = time.monotonic() + 10
     for child in reversed(children):
         try:
-            child.wait(timeout=10)
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
