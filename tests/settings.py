@@ -14,3 +14,15 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # threaded tests exercise the same locking; an in-memory database behaves differently.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": DATA_DIR / "test.sqlite3"}  # noqa: F405
+
+# Under pytest-xdist each worker has its own test database (pytest-django names them) and,
+# here, its own Redis database, so one worker's groups never hear another's broadcasts. The
+# child servers tests start take REDIS_URL from these settings, so they follow.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if REDIS_URL and _worker.startswith("gw"):  # noqa: F405
+    from urllib.parse import urlsplit, urlunsplit
+
+    _url = urlsplit(REDIS_URL)  # noqa: F405
+    _db = int(_url.path.strip("/") or 0) + 1 + int(_worker[2:])
+    REDIS_URL = urlunsplit(_url._replace(path=f"/{_db}"))
+    CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [REDIS_URL]  # noqa: F405
