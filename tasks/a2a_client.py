@@ -449,12 +449,21 @@ def _call(agent: AgentAddress, method: str, params: dict) -> Any:
     try:
         response = _post(agent, body)
         if on_echo is not None and 200 <= response.status_code < 300:
-            on_echo(agent, tiers.activated(response.headers.get("A2A-Extensions")))
+            _record_echo(agent, response)
         return _result(response, request_id)
     except A2AError as error:
         # The sentence holds no secret: only the URL's host and path and the agent's words.
         logger.warning("A2A %s to %s failed: %s", method, _shown(agent.rpc_url), error)
         raise
+
+
+def _record_echo(agent: AgentAddress, response: httpx.Response) -> None:
+    # Bookkeeping beside the call: if it fails, the agent's answer (perhaps to a decision it
+    # has now taken) must still reach the caller.
+    try:
+        on_echo(agent, tiers.activated(response.headers.get("A2A-Extensions")))
+    except Exception:
+        logger.exception("could not record the extensions %s echoed", _shown(agent.rpc_url))
 
 
 def _post(agent: AgentAddress, body: dict) -> httpx.Response:
