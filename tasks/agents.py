@@ -287,7 +287,7 @@ def restore_fragments(agent_id: int) -> int:
     return stored
 
 
-def record_echo(agent: object, activated: list[str]) -> None:
+def record_echo(agent: object, activated: list[str] | None) -> None:
     """Keep which extensions the agent activated on its latest answer (a2a_client.on_echo).
     Only these two fields are written, so a concurrent save of the agent keeps its own; a
     failure to store it never fails the call it came with."""

@@ -82,7 +82,8 @@ class Agent(models.Model):
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL)
     card_fetched_at = models.DateTimeField(null=True, blank=True)
     # What the agent's last answer echoed in `A2A-Extensions`: the extensions it activated
-    # (its tier). None until Onlooker has called it. Written only by agents.record_echo.
+    # (its tier); None when its answers carry no such header, or before Onlooker has called
+    # it (extensions_echoed_at tells which). Written only by agents.record_echo.
     activated_extensions = models.JSONField(
         decoder=StoredJSONDecoder, null=True, blank=True, help_text="URIs the agent echoed"
     )
@@ -105,7 +106,11 @@ class Agent(models.Model):
     @property
     def tier(self) -> str:
         """ "Profile v2: interactions, progress, …" or "Core A2A", from what it echoed."""
-        return tiers.describe(self.activated_extensions)
+        return tiers.describe(
+            self.activated_extensions,
+            called=self.extensions_echoed_at is not None,
+            declared=self.extensions or [],
+        )
 
 
 class PushEndpoint(models.Model):

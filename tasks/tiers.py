@@ -21,19 +21,31 @@ CORE = "Core A2A"
 UNKNOWN = "not known yet (Onlooker has not called it)"
 
 
-def activated(header: str | None) -> list[str]:
+def activated(header: str | None) -> list[str] | None:
     """The profile's extensions named in an echoed `A2A-Extensions` header, in the profile's
-    order. Other URIs are not Onlooker's to show; a missing header means none."""
-    if not header:
-        return []
+    order (other URIs are not Onlooker's to show); None when the answer had no such header."""
+    if header is None:
+        return None
     named = {uri.strip() for uri in header[:MAX_HEADER].split(",")}
     return [uri for uri in profile.EXTENSIONS if uri in named]
 
 
-def describe(uris: list[str] | None) -> str:
+def _names(uris: list[str]) -> list[str]:
+    return [SHORT_NAMES[uri] for uri in SHOWN_ORDER if uri in uris]
+
+
+def describe(uris: list[str] | None, *, called: bool, declared: list[str] = ()) -> str:
     """ "Profile v2: interactions, progress, …" for the extensions activated, "Core A2A" for
-    none; UNKNOWN before the agent has answered a call."""
-    if uris is None:
+    none; UNKNOWN before the agent has answered a call. An agent that echoes no header at all
+    (a2a-sdk for Python does not) is core by its answers, and the page says what its card
+    declares rather than let "Core A2A" read as "speaks no profile"."""
+    if not called:
         return UNKNOWN
-    names = [SHORT_NAMES[uri] for uri in SHOWN_ORDER if uri in uris]
+    if uris is None:
+        names = _names(list(declared))
+        if names:
+            declares = ", ".join(names)
+            return f"{CORE} by its answers (no A2A-Extensions echo; its card declares {declares})"
+        return CORE
+    names = _names(uris)
     return f"Profile v2: {', '.join(names)}" if names else CORE

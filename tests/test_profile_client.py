@@ -73,11 +73,31 @@ def test_the_extensions_an_agent_echoes_are_recorded_and_shown_as_its_tier(
     listing = admin.get("/admin/tasks/agent/").content.decode()
     assert "Profile v2: interactions, progress" in listing
 
-    # An answer without the header: the agent activated nothing, it speaks core A2A.
-    stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-3", "TASK_STATE_WORKING")}})
+    # An echo naming none of the profile's extensions: the agent speaks core A2A.
+    stub.answer(
+        {"jsonrpc": "2.0", "result": {"task": task_json("task-3", "TASK_STATE_WORKING")}},
+        headers={"A2A-Extensions": "https://example.com/other/v1"},
+    )
     assert send(alice_approver, session, message_id="another-id-123")[0] == 200
     assert Agent.objects.get(pk=agent.pk).activated_extensions == []
     assert "Tier <strong>Core A2A</strong>" in page(alice_approver, session)
+
+
+def test_an_agent_that_echoes_no_header_is_core_by_its_answers_and_its_card_is_named(
+    stub_session, alice_approver
+):
+    stub, session, _ = stub_session
+    Agent.objects.filter(pk=session.agent_id).update(
+        extensions=[profile.INTERACTIONS, profile.PROGRESS]
+    )
+    stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_WORKING")}})
+    assert send(alice_approver, session)[0] == 200
+    agent = Agent.objects.get(pk=session.agent_id)
+    assert agent.activated_extensions is None and agent.extensions_echoed_at is not None
+    assert (
+        "Tier <strong>Core A2A by its answers (no A2A-Extensions echo; its card declares "
+        "interactions, progress)</strong>" in page(alice_approver, session)
+    )
 
 
 def test_the_full_profile_is_named_in_reading_order(stub_session, alice_approver):
