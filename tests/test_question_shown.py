@@ -17,7 +17,7 @@ from django.test import Client
 
 from tasks import profile
 from tasks.models import Interaction, Session
-from tests.builders import EPOCH, approval, artifact, status
+from tests.builders import EPOCH, approval, artifact, message, status
 from tests.conftest import make_agent, member, push
 
 pytestmark = pytest.mark.django_db
@@ -169,6 +169,24 @@ def test_invisible_and_bidi_characters_never_reach_the_page(team_agent, approver
     page = approver.get(f"/sessions/{session.pk}/").text
     assert "I will deploy now" in page
     assert "report.txt" in page and "log line" in page
+
+
+def test_session_titles_are_cleaned_wherever_they_are_shown(team_agent, approver):
+    """A title comes from the first user message an agent's task history holds: agent text."""
+    rlo = HIDDEN[0]
+    said = message(f"Release {rlo}2.4 notes", message_id="m-1", role="ROLE_USER")
+    send(team_agent, {"message": {**said, "contextId": "ctx-1"}})
+    session = ask(team_agent, "Ship?")
+    assert session.title == f"Release {rlo}2.4 notes"
+    board = approver.get("/live/board/?tiles=1").json()
+    pages = {
+        "session page": approver.get(f"/sessions/{session.pk}/").text,
+        "monitoring screen": approver.get("/").text,
+        "board sidebar": board["sidebar"],
+    }
+    for where, page in pages.items():
+        assert rlo not in page, where
+        assert "Release 2.4 notes" in page, where
 
 
 def test_a_choice_that_reads_differently_cleaned_is_no_button_the_rest_send_as_offered(
