@@ -11,11 +11,14 @@ from datetime import UTC, datetime
 import pytest
 from channels.layers import channel_layers
 from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
 from standardwebhooks import Webhook
 
+from tasks import profile
 from tasks.agents import new_endpoint, new_signing_secret
 from tasks.broadcast import coalescer
-from tasks.models import Agent, PushEndpoint
+from tasks.models import Agent, PushEndpoint, Session
+from tests.builders import status
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -151,3 +154,38 @@ def agent_stub():
     with MisbehavingAgent() as stub:
         stub.answer(ACCEPTED)
         yield stub
+
+
+# -- agents on the scriptable stub (tests/peers/misbehaving_agent.py) --------------------------
+
+
+@pytest.fixture
+def team_agent(ops, agent_stub):
+    """An agent of team ops on the stub, speaking the whole profile."""
+    registered = make_agent(team=ops)
+    registered.agent.rpc_url = agent_stub.rpc_url
+    registered.agent.extensions = list(profile.EXTENSIONS)
+    registered.agent.save()
+    return registered
+
+
+@pytest.fixture
+def approver(ops, approvers) -> Client:
+    """alice, of team ops, who may answer, logged in."""
+    client = Client()
+    client.force_login(member("alice", ops, approvers))
+    return client
+
+
+@pytest.fixture
+def stub_session(ops):
+    """A session whose agent is a scriptable loopback stub of its own, with one working task:
+    (stub, session, registered agent)."""
+    with MisbehavingAgent() as stub:
+        registered = make_agent(team=ops)
+        registered.agent.rpc_url = stub.rpc_url
+        registered.agent.extensions = list(profile.EXTENSIONS)
+        registered.agent.save()
+        registered.push = lambda body: push(Client(), registered, body)
+        assert registered.push(status("WORKING", at=1)).status_code == 200
+        yield stub, Session.objects.get(), registered

@@ -13,24 +13,9 @@ from django.test import Client
 from tasks import profile
 from tasks.models import Agent, Delivery, Interaction, Message, PushEndpoint, Session, Task
 from tests.builders import status
-from tests.conftest import make_agent, push
-from tests.peers.misbehaving_agent import MisbehavingAgent
 from tests.test_talking import person, post, task_json
 
 FORM = {"text": "Go on", "message_id": "0123456789ab"}
-
-
-@pytest.fixture
-def stub_session(ops):
-    """A session whose agent is a scriptable loopback stub, with one working task."""
-    with MisbehavingAgent() as stub:
-        registered = make_agent(team=ops)
-        registered.agent.rpc_url = stub.rpc_url
-        registered.agent.extensions = list(profile.EXTENSIONS)
-        registered.agent.save()
-        registered.push = lambda body: push(Client(), registered, body)
-        assert registered.push(status("WORKING", at=1)).status_code == 200
-        yield stub, Session.objects.get(), registered
 
 
 @pytest.fixture

@@ -8,33 +8,16 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 
 from tasks import profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
-from tests.conftest import make_agent, member, push
+from tests.conftest import member, push
 
 BIG = 900 * 1024
 PAGE_LIMIT = 50_000  # bytes of any one page or fragment while a 900 KB question waits
-
-
-@pytest.fixture
-def team_agent(ops, agent_stub):
-    registered = make_agent(team=ops)
-    registered.agent.rpc_url = agent_stub.rpc_url
-    registered.agent.extensions = list(profile.EXTENSIONS)
-    registered.agent.save()
-    return registered
-
-
-@pytest.fixture
-def approver(ops, approvers) -> Client:
-    client = Client()
-    client.force_login(member("alice", ops, approvers))
-    return client
 
 
 def ask(registered, interaction_id: str, prompt: str, *, kind="question", detail=None, task="t"):

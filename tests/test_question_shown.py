@@ -15,31 +15,14 @@ import pytest
 import time_machine
 from django.test import Client
 
-from tasks import profile
 from tasks.models import Interaction, Session
 from tests.builders import EPOCH, approval, artifact, message, status
-from tests.conftest import make_agent, member, push
+from tests.conftest import push
 
 pytestmark = pytest.mark.django_db
 
 # Right-to-left override, zero-width space, left-to-right isolate, pop directional isolate.
 HIDDEN = ("\u202e", "\u200b", "\u2066", "\u2069")
-
-
-@pytest.fixture
-def team_agent(ops, agent_stub):
-    registered = make_agent(team=ops)
-    registered.agent.rpc_url = agent_stub.rpc_url
-    registered.agent.extensions = list(profile.EXTENSIONS)
-    registered.agent.save()
-    return registered
-
-
-@pytest.fixture
-def approver(ops, approvers) -> Client:
-    client = Client()
-    client.force_login(member("alice", ops, approvers))
-    return client
 
 
 def send(registered, body) -> None:

@@ -7,11 +7,8 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from tasks import profile
 from tasks.models import PushEndpoint, Session, Task
-from tests.builders import status
-from tests.conftest import make_agent, member, push
-from tests.peers.misbehaving_agent import MisbehavingAgent
+from tests.conftest import member
 from tests.test_a2a_peer import (  # noqa: F401 - fixtures
     add_agent,
     onlooker,
@@ -38,18 +35,6 @@ def task_json(task_id: str, state: str, context: str = "ctx-1") -> dict:
         "contextId": context,
         "status": {"state": state, "timestamp": "2026-11-30T12:00:05Z"},
     }
-
-
-@pytest.fixture
-def stub_session(ops):
-    """A session whose agent is a scriptable loopback stub, with one working task."""
-    with MisbehavingAgent() as stub:
-        registered = make_agent(team=ops)
-        registered.agent.rpc_url = stub.rpc_url
-        registered.agent.extensions = list(profile.EXTENSIONS)
-        registered.agent.save()
-        assert push(Client(), registered, status("WORKING", at=1)).status_code == 200
-        yield stub, Session.objects.get()
 
 
 # -- with a real a2a-sdk agent --------------------------------------------------------------
@@ -96,7 +81,7 @@ def test_a_message_starts_work_whose_updates_reach_onlooker_and_cancel_stops_it(
 
 
 def test_a_message_carries_a_push_config_pointing_at_onlooker(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_SUBMITTED")}})
     alice = person("alice", ops, approvers)
     code, data = post(
@@ -114,7 +99,7 @@ def test_a_message_carries_a_push_config_pointing_at_onlooker(stub_session, ops,
 
 
 def test_a_repeated_submit_is_the_same_message_at_the_agent(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_WORKING")}})
     alice = person("alice", ops, approvers)
     for _ in range(2):
@@ -124,7 +109,7 @@ def test_a_repeated_submit_is_the_same_message_at_the_agent(stub_session, ops, a
 
 
 def test_a_message_the_agent_refuses_leaves_no_push_config(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     stub.rpc_error(-32004, "busy", reason="CONTEXT_BUSY")
     before = PushEndpoint.objects.count()
     code, data = post(
@@ -145,14 +130,14 @@ def test_a_message_the_agent_refuses_leaves_no_push_config(stub_session, ops, ap
     ],
 )
 def test_a_bad_message_is_refused_and_sends_nothing(stub_session, ops, approvers, form, words):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     code, data = post(person("alice", ops, approvers), f"/sessions/{session.pk}/messages/", **form)
     assert code == 400 and words in data["detail"]
     assert stub.calls("SendMessage") == []
 
 
 def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     alice = person("alice", ops, approvers)
     stub.rpc_error(-32002, "Task cannot be canceled")
     code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="task-1")
@@ -163,7 +148,7 @@ def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_sessio
 
 
 def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     viewer = person("viewer", ops)
     page = viewer.get(f"/sessions/{session.pk}/").content.decode()
     assert "messaging its agent needs the approver role" in page
@@ -177,7 +162,7 @@ def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, app
 
 
 def test_new_session_starts_a_conversation_and_opens_its_page(stub_session, ops, approvers):
-    stub, session = stub_session
+    stub, session, _ = stub_session
     stub.answer({"jsonrpc": "2.0", "result": {"task": task_json("t-9", "TASK_STATE_SUBMITTED",
                                                                  context="ctx-new")}})  # fmt: skip
     alice = person("alice", ops, approvers)
