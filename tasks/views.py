@@ -12,6 +12,7 @@ from channels.layers import get_channel_layer
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
+from django.db.models import Q
 from django.db.models.functions import Substr
 from django.http import (
     Http404,
@@ -151,8 +152,11 @@ def _activity(session: Session, query) -> dict:
             .order_by("opened_at", "id")
         ),
         # The list shows 120 characters of each prompt: load no more (a prompt can be 1 MB).
+        # Answered, or sent and then closed by the agent moving on: a decision someone made.
         "answered": Interaction.objects.filter(
-            task__session=session, state=Interaction.State.ANSWERED
+            Q(state=Interaction.State.ANSWERED)
+            | Q(state=Interaction.State.CLOSED, answer__isnull=False),
+            task__session=session,
         )
         .select_related("answered_by")
         .defer("prompt", "detail")

@@ -8,6 +8,7 @@ slow, hang up, or be down; time frozen where the page names it ("sent at 10:02")
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -304,6 +305,9 @@ def test_a_closing_status_ends_the_binding_and_keeps_what_was_sent(
         assert data["detail"] == MOVED_ON
     page = bob.get(f"/sessions/{interaction.task.session_id}/").content.decode()
     assert "Retry sending" not in page
+    # The decision stays on the page, in the Answers list.
+    answered = re.search(r'<li data-answered-interaction="\d+"><strong>(.*?)</strong>', page)
+    assert answered and answered[1] == MOVED_ON.rstrip(".")
     assert len(sent_messages(agent_stub)) == 1
 
 
