@@ -426,6 +426,7 @@ def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
         ]
         link = connect_url(detail)
         question.link = link if len(link) <= LINK_CHARS else ""
+        question.shown_detail = _beside_buttons(detail, question.offered, question.link)
         question.prompt_cut = question.prompt_length > PROMPT_CHARS
         question.cut = (
             question.prompt_cut
@@ -434,6 +435,20 @@ def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
             or link != question.link
         )
     return found
+
+
+def _beside_buttons(detail: Any, offered: list[str], link: str) -> Any:
+    """The detail as the table shows it, without what the form already shows: choices that
+    are all buttons, and the connection page that is the link."""
+    if not isinstance(detail, dict):
+        return detail
+    shown = dict(detail)
+    for key in ("choices", "options"):
+        if key in shown and offered and choices({key: shown[key]}) == offered:
+            del shown[key]
+    if link and shown.get("url") == link:
+        del shown["url"]
+    return shown or None
 
 
 def question_text(question: Interaction) -> str:

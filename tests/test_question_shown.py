@@ -154,6 +154,21 @@ def test_invisible_and_bidi_characters_never_reach_the_page(team_agent, approver
     assert "report.txt" in page and "log line" in page
 
 
+def test_the_table_leaves_out_what_the_form_already_shows(team_agent, approver):
+    """Choices that are all buttons, and a connection's page that is the link, are not
+    repeated in the table; everything else the agent sent is."""
+    detail = {"choices": ["eu-west", "us-east"], "why": "latency"}
+    session = ask(team_agent, "Where?", detail, kind="question")
+    assert cells(approver.get(f"/sessions/{session.pk}/").text) == [("why", "latency")]
+
+    Session.objects.all().delete()
+    url = "https://example.com/connect"
+    session = ask(team_agent, "Connect?", {"url": url, "provider": "GitHub"}, kind="connection")
+    page = approver.get(f"/sessions/{session.pk}/").text
+    assert cells(page) == [("provider", "GitHub")]
+    assert f'href="{url}"' in page
+
+
 def test_session_titles_are_cleaned_wherever_they_are_shown(team_agent, approver):
     """A title comes from the first user message an agent's task history holds: agent text."""
     rlo = HIDDEN[0]
