@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import wraps
 
 from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from tasks import activity
@@ -91,6 +92,7 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
         return _error(404, "not found", f"no session {session_id} that you may see")
     tasks = list(session.tasks.order_by("created_at", "id"))
     data = session_json(session)
+    data["agent"]["tier"] = session.agent.tier  # from the extensions it echoes
     data["tasks"] = [
         {
             "taskId": t.task_id,
@@ -109,9 +111,14 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
             "prompt": i.prompt,
             "detail": i.detail,  # as the agent sent it (interactions/v1), null when none
             "state": i.state,
+            # The decision sent (or being sent), who made it and when; null before one.
+            "answer": i.answer,
+            "reason": i.reason or None,
+            "answeredBy": i.answered_by.get_username() if i.answered_by else None,
+            "answeredAt": i.answered_at,
         }
         for i in Interaction.objects.filter(task__session=session)
-        .select_related("task")
+        .select_related("task", "answered_by")
         .order_by("opened_at", "id")
     ]
     data["artifacts"] = [
@@ -124,12 +131,26 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
             "size": (a.files or {}).get("size"),
             "sha256": (a.files or {}).get("sha256"),
             "path": (a.files or {}).get("path"),
+            "complete": a.complete,  # false while its chunks are still arriving (lastChunk)
         }
         for a in Artifact.objects.filter(task__session=session).select_related("task")
     ]
     data["messages"] = [
         # A message's files (up to 2 MB) load only with their download.
-        {"role": m.role, "text": m.text, "at": m.at}
-        for m in session.messages.defer("parts", "files")
+        {"role": m.role, "text": m.text, "at": m.at, "parts": _parts(session, m.pk, m.parts)}
+        for m in session.messages.defer("files")
     ]
     return JsonResponse(data)
+
+
+def _parts(session: Session, message_pk: int, parts: object) -> list[dict]:
+    """A message's links, files and data as the page shows them (bounded when stored), each
+    kept file with the URL of its download."""
+    shown = []
+    for part in parts if isinstance(parts, list) else []:
+        part = dict(part)
+        index = part.pop("file", None)
+        if isinstance(index, int):
+            part["download"] = reverse("session-message-file", args=(session.pk, message_pk, index))
+        shown.append(part)
+    return shown

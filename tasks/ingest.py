@@ -560,13 +560,13 @@ class _Applier:
                     f"append for artifact {artifact.artifact_id!r} not seen before; "
                     "kept as its first version"
                 )
-                self._new_version(task, artifact, parts, files, complete=event.last_chunk)
+                self._new_version(task, artifact, parts, files, complete=bool(event.last_chunk))
                 return
             # A2A chunks carry no index: they are assembled in arrival order.
             latest.parts = [*latest.parts, *parts]
             latest.files = files or latest.files
             latest.name = artifact.name or latest.name
-            latest.complete = event.last_chunk
+            latest.complete = bool(event.last_chunk)  # appending: a stream, until it says last
             latest.markdown_html = cards.artifact_html(latest.parts, latest.files)
             latest.save(update_fields=["parts", "files", "name", "complete", "markdown_html"])
             return
@@ -575,5 +575,7 @@ class _Applier:
                 latest.complete = True
                 latest.save(update_fields=["complete"])
             return
-        # A version's first chunk: more may follow (appended) until one says lastChunk.
-        self._new_version(task, artifact, parts, files, complete=event.last_chunk)
+        # A version's first chunk. Complete unless the agent says more follows (lastChunk:
+        # false): agents that send whole artifacts often never mention lastChunk, and a later
+        # append marks the version as arriving again.
+        self._new_version(task, artifact, parts, files, complete=event.last_chunk is not False)

@@ -154,7 +154,8 @@ class ArtifactUpdate:
     context_id: str
     artifact: Artifact
     append: bool = False
-    last_chunk: bool = False
+    # None when the agent did not say: a lone chunk is then the whole artifact.
+    last_chunk: bool | None = None
     metadata: dict = field(default_factory=dict)
     kind = "artifactUpdate"
 
@@ -238,7 +239,9 @@ def parse(raw: bytes) -> Event:
             context_id=_id(member, "contextId", name),
             artifact=_artifact(member.get("artifact"), f"{name}.artifact"),
             append=_bool(member, "append", name),
-            last_chunk=_bool(member, "lastChunk", name),
+            last_chunk=_bool(member, "lastChunk", name)
+            if member.get("lastChunk") is not None
+            else None,
             metadata=_metadata(member, name),
         )
     return MessageEvent(message=_message(member, "message"))

@@ -55,7 +55,7 @@ def artifact(
     task: str = "task-1",
     context: str = "ctx-1",
     append: bool = False,
-    last_chunk: bool = False,
+    last_chunk: bool | None = None,
     files: dict | None = None,
     name: str = "",
 ) -> dict:
@@ -67,8 +67,8 @@ def artifact(
     update = {"taskId": task, "contextId": context, "artifact": art}
     if append:
         update["append"] = True
-    if last_chunk:
-        update["lastChunk"] = True
+    if last_chunk is not None:
+        update["lastChunk"] = last_chunk
     return {"artifactUpdate": update}
 
 

@@ -134,6 +134,10 @@ def test_detail_shows_tasks_interactions_artifacts_and_messages(client, alice, o
             "prompt": "Deploy to prod?",
             "detail": None,
             "state": "open",
+            "answer": None,
+            "reason": None,
+            "answeredBy": None,
+            "answeredAt": None,
         }
     ]
     [art] = data["artifacts"]
@@ -148,9 +152,11 @@ def test_detail_shows_tasks_interactions_artifacts_and_messages(client, alice, o
         "sha256": "b" * 64,
         "path": "out/r.md",
     }
-    assert [(m["role"], m["text"]) for m in data["messages"]] == [
-        ("ROLE_AGENT", "Progress card updated (rev 1)"),
-        ("ROLE_AGENT", "Deploy?"),
+    assert art["complete"] is True
+    assert data["agent"]["tier"] == "not known yet (Onlooker has not called it)"
+    assert [(m["role"], m["text"], m["parts"]) for m in data["messages"]] == [
+        ("ROLE_AGENT", "Progress card updated (rev 1)", []),
+        ("ROLE_AGENT", "Deploy?", []),
     ]
 
 

@@ -66,7 +66,7 @@ def test_versions_are_grouped_per_artifact_latest_first_with_older_ones_folded(
 
 def test_a_chunked_artifact_says_still_arriving_until_its_last_chunk(client, alice, team_agent):
     send(client, team_agent, status("WORKING", at=1))
-    send(client, team_agent, artifact("log", "line 1\n"))
+    send(client, team_agent, artifact("log", "line 1\n", last_chunk=False))
     assert Artifact.objects.get().complete is False
     assert "(still arriving)" in artifacts_section(page_of(client, alice))
 
@@ -79,10 +79,18 @@ def test_a_chunked_artifact_says_still_arriving_until_its_last_chunk(client, ali
     assert [p["text"] for p in version.parts] == ["line 1\n", "line 2\n", "line 3\n"]
     assert "still arriving" not in artifacts_section(page_of(client, alice))
 
-    # A whole artifact in one chunk that says it is the last is complete at once.
+    # A whole artifact in one chunk that says it is the last is complete at once, and so is
+    # one that does not mention lastChunk at all (how many agents send whole artifacts).
     send(client, team_agent, artifact("summary", "all of it", last_chunk=True))
+    send(client, team_agent, artifact("notes", "all of these"))
     assert Artifact.objects.get(artifact_id="summary").complete is True
+    assert Artifact.objects.get(artifact_id="notes").complete is True
     assert "still arriving" not in artifacts_section(page_of(client, alice))
+
+    # A stream that starts without saying so is arriving again from its first append.
+    send(client, team_agent, artifact("trace", "t1\n"))
+    send(client, team_agent, artifact("trace", "t2\n", append=True))
+    assert Artifact.objects.get(artifact_id="trace").complete is False
 
 
 HOSTILE_MARKDOWN = (

@@ -16,7 +16,7 @@ from tasks.models import Message, Session
 from tests.builders import status
 from tests.conftest import make_agent, push
 from tests.peers.misbehaving_agent import ACCEPTED
-from tests.test_profile_client import FORM, send, stub_session  # noqa: F401 - a fixture
+from tests.test_profile_client import send
 from tests.test_talking import person
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
@@ -107,6 +107,19 @@ def test_raw_parts_are_downloads_with_safe_headers(session_with_parts, alice):
     assert client.get(png_url.replace("/files/0/", "/files/2/")).status_code == 404
 
 
+def test_the_api_lists_a_messages_parts_with_each_kept_files_download(session_with_parts, alice):
+    client = Client()
+    client.force_login(alice)
+    message = Message.objects.get(message_id="m-1")
+    data = client.get(f"/api/sessions/{session_with_parts.pk}").json()
+    [parts] = [m["parts"] for m in data["messages"] if m["parts"]]
+    files = [part for part in parts if part["kind"] == "file"]
+    download = f"/sessions/{session_with_parts.pk}/transcript/{message.pk}/files/0/"
+    assert files[0]["filename"] == "chart.png" and files[0]["download"] == download
+    assert "file" not in files[0]
+    assert client.get(download).content == PNG
+
+
 def test_a_file_download_needs_the_right_to_see_the_session(session_with_parts, alice):
     message = Message.objects.get(message_id="m-1")
     url = f"/sessions/{session_with_parts.pk}/transcript/{message.pk}/files/0/"
@@ -157,7 +170,7 @@ def test_a_messages_files_and_data_are_bounded_together(ops, alice, monkeypatch)
     assert "<summary>Data (cut to fit the page)</summary>" in page(client, Session.objects.get())
 
 
-def test_attached_links_are_sent_as_url_parts(stub_session, ops, approvers):  # noqa: F811
+def test_attached_links_are_sent_as_url_parts(stub_session, ops, approvers):
     stub, session, _ = stub_session
     stub.answer(ACCEPTED)
     links = "https://example.com/spec\n  http://example.org/a?b=c  \n"
@@ -182,7 +195,7 @@ def test_attached_links_are_sent_as_url_parts(stub_session, ops, approvers):  # 
     ],
 )
 def test_bad_links_are_refused_and_nothing_is_sent(
-    stub_session,  # noqa: F811
+    stub_session,
     ops,
     approvers,
     links,
