@@ -17,11 +17,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, ops, approvers):
     with MisbehavingAgent() as agent:
-        agent.hang_up()  # takes the answer; its reply never comes
+        # Takes the answer and, a while later, hangs up: its reply never comes. The while is
+        # long enough for every page to show "being answered" first.
+        agent.hang_up(after=1.5)
         session = waiting_session(server, agent, ops)
         path = f"/sessions/{session}/"
         alice = open_as(browser, member("alice", ops, approvers), server, path)
         bob = open_as(browser, member("bob", ops, approvers), server, path)
+        carol = open_as(browser, member("carol", ops, approvers), server, "/")
         try:
             # Bob's second tab misses live refreshes: it still offers Deny after Alice's click.
             stale = bob.context.new_page()
@@ -39,6 +42,10 @@ def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, 
             # Bob's page follows live: Deny is gone, only the same decision may go again.
             buttons = bob.locator("[data-interaction] button")
             expect(buttons).to_have_text(["Retry sending Approve"])
+            # So does the monitoring screen's waiting list, past "being answered".
+            expect(carol.locator("[data-waiting] [data-interaction] button")).to_have_text(
+                ["Retry sending Approve"]
+            )
 
             agent.answer(ACCEPTED)
             buttons.click()
@@ -48,5 +55,5 @@ def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, 
             for message in (first, second):
                 assert message["metadata"][profile.INTERACTIONS]["approved"] is True
         finally:
-            alice.context.close()
-            bob.context.close()
+            for page in (alice, bob, carol):
+                page.context.close()

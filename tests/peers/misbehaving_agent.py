@@ -79,10 +79,10 @@ class MisbehavingAgent:
         "jsonrpc") without an "id" gets the request's id, as a real server would echo it."""
         self._answer = Answer(status, content_type, body, delay, tuple((headers or {}).items()))
 
-    def hang_up(self) -> None:
+    def hang_up(self, after: float = 0.0) -> None:
         """From now on take each request and close the connection without answering (an
         agent that crashed, or a proxy that dropped the reply, after the request arrived)."""
-        self._answer = Answer(drop=True)
+        self._answer = Answer(drop=True, delay=after)
 
     def answer_each(self, choose: Callable[[Received], Answer]) -> None:
         """Answer each request from now on with what `choose` makes of it (a card for a GET,
