@@ -164,12 +164,19 @@ def _activity(session: Session, query) -> dict:
         .order_by("-answered_at")[:50],
         "totals": activity.totals(session),
         "turns": activity.turns(session),
-        "working_task": session.tasks.exclude(state__in=TERMINAL_STATES)
-        .order_by("-status_received_at", "-id")
-        .first(),
+        "working_task": _running(session),
         "queued_tasks": _queued(session),
         "reply_task": answers.waiting_task(session),
     }
+
+
+def _running(session: Session):
+    """The task "Cancel the running task" cancels: the newest one at work, not one queued
+    behind it (a queued task is newer, and is not what a person sees running)."""
+    unfinished = session.tasks.exclude(state__in=TERMINAL_STATES).order_by(
+        "-status_received_at", "-id"
+    )
+    return unfinished.exclude(state=TaskState.SUBMITTED).first() or unfinished.first()
 
 
 def _queued(session: Session) -> list:

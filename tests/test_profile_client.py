@@ -135,6 +135,8 @@ def test_a_task_the_agent_queues_is_shown_as_queued(stub_session, alice_approver
     shown = page(alice_approver, session)
     assert "Queued: 1 message waits for the agent to finish its current task" in shown
     assert "<code>task-2</code>" in shown
+    # Cancel stops the task at work, not the newer one queued behind it.
+    assert '<input type="hidden" name="task_id" value="task-1">' in shown
 
 
 def test_a_message_the_agent_answers_with_is_in_the_transcript(stub_session, alice_approver):
