@@ -12,6 +12,7 @@ import threading
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
 
 from tasks import a2a_client, profile
@@ -186,8 +187,12 @@ def test_concurrent_answers_send_exactly_one_message(ops, approvers):
         start = threading.Barrier(len(people))
 
         def click(client: Client, n: int) -> None:
-            start.wait()
-            results.append(answer(client, interaction, decision="approve" if n % 2 else "deny"))
+            try:
+                start.wait()
+                decision = "approve" if n % 2 else "deny"
+                results.append(answer(client, interaction, decision=decision))
+            finally:
+                connection.close()  # this thread's: left open, it outlives the test database
 
         threads = [threading.Thread(target=click, args=(c, n)) for n, c in enumerate(people)]
         for thread in threads:
