@@ -37,15 +37,14 @@ def _names(uris: list[str]) -> list[str]:
 def describe(uris: list[str] | None, *, called: bool, declared: list[str] = ()) -> str:
     """ "Profile v2: interactions, progress, …" for the extensions activated, "Core A2A" for
     none; UNKNOWN before the agent has answered a call. An agent that echoes no header at all
-    (a2a-sdk for Python does not) is core by its answers, and the page says what its card
-    declares rather than let "Core A2A" read as "speaks no profile"."""
+    (a2a-sdk for Python never does) is named by what its card declares, and says so, rather
+    than "Core A2A" beside its typed approvals."""
     if not called:
         return UNKNOWN
     if uris is None:
         names = _names(list(declared))
         if names:
-            declares = ", ".join(names)
-            return f"{CORE} by its answers (no A2A-Extensions echo; its card declares {declares})"
+            return f"Profile v2 (declared by its card, not echoed): {', '.join(names)}"
         return CORE
     names = _names(uris)
     return f"Profile v2: {', '.join(names)}" if names else CORE

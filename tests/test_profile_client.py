@@ -68,7 +68,7 @@ def test_the_extensions_an_agent_echoes_are_recorded_and_shown_as_its_tier(
     assert "Tier <strong>Core A2A</strong>" in page(alice_approver, session)
 
 
-def test_an_agent_that_echoes_no_header_is_core_by_its_answers_and_its_card_is_named(
+def test_an_agent_that_echoes_no_header_is_named_by_its_card_and_says_so(
     stub_session, alice_approver
 ):
     stub, session, _ = stub_session
@@ -80,8 +80,8 @@ def test_an_agent_that_echoes_no_header_is_core_by_its_answers_and_its_card_is_n
     agent = Agent.objects.get(pk=session.agent_id)
     assert agent.activated_extensions is None and agent.extensions_echoed_at is not None
     assert (
-        "Tier <strong>Core A2A by its answers (no A2A-Extensions echo; its card declares "
-        "interactions, progress)</strong>" in page(alice_approver, session)
+        "Tier <strong>Profile v2 (declared by its card, not echoed): interactions, "
+        "progress</strong>" in page(alice_approver, session)
     )
 
 
