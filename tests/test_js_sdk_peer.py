@@ -28,6 +28,20 @@ def js_peer():
         yield peer
 
 
+def assert_one_approval(js_peer: JsPeer, task_id: str, interaction: Interaction, by: str) -> None:
+    """The agent (released) completes the approved task, having received exactly one decision:
+    the approval `by` made, which is what Onlooker keeps."""
+    wait_for(
+        lambda: Task.objects.filter(task_id=task_id, state="TASK_STATE_COMPLETED").exists(),
+        "the agent to complete the approved task",
+        js_peer.log,
+    )
+    decisions = [message["answer"] for message in js_peer.received(task_id)]
+    assert decisions == [{"interactionId": interaction.interaction_id, "approved": True}]
+    interaction.refresh_from_db()
+    assert (interaction.answer, interaction.answered_by.username) == ({"approved": True}, by)
+
+
 def person(name: str, *groups) -> Client:
     client = Client()
     client.force_login(member(name, *groups))
@@ -127,12 +141,4 @@ def test_an_approval_stays_the_one_decision_when_the_js_sdk_agent_republishes_it
         assert code == 409, data
     finally:
         js_peer.release()
-    wait_for(
-        lambda: Task.objects.filter(task_id=task_id, state="TASK_STATE_COMPLETED").exists(),
-        "the agent to complete the approved task",
-        js_peer.log,
-    )
-    decisions = [message["answer"] for message in js_peer.received(task_id)]
-    assert decisions == [{"interactionId": interaction.interaction_id, "approved": True}]
-    interaction.refresh_from_db()
-    assert (interaction.answer, interaction.answered_by.username) == ({"approved": True}, "alice")
+    assert_one_approval(js_peer, task_id, interaction, by="alice")

@@ -14,11 +14,12 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tasks.models import Delivery, Interaction, Task
+from tasks.models import Delivery, Interaction
 from tests.browser.test_answering import open_as
 from tests.conftest import member
 from tests.peers.js_peer import JsPeer
 from tests.test_a2a_peer import add_agent, wait_for
+from tests.test_js_sdk_peer import assert_one_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,16 +85,7 @@ def test_a_js_sdk_agents_republished_question_does_not_reopen_an_approval(
         assert refused.status == 409, refused.text()
 
         js_peer.release()
-        wait_for(
-            lambda: Task.objects.filter(task_id=task_id, state="TASK_STATE_COMPLETED").exists(),
-            "the agent to complete the approved task",
-            js_peer.log,
-        )
-        decisions = [message["answer"] for message in js_peer.received(task_id)]
-        assert decisions == [{"interactionId": interaction.interaction_id, "approved": True}]
-        interaction.refresh_from_db()
-        assert interaction.answer == {"approved": True}
-        assert interaction.answered_by.username == "alice"
+        assert_one_approval(js_peer, task_id, interaction, by="alice")
     finally:
         js_peer.release()
         alice.context.close()
