@@ -30,7 +30,7 @@ def js_peer():
 
 def assert_one_approval(js_peer: JsPeer, task_id: str, interaction: Interaction, by: str) -> None:
     """The agent (released) completes the approved task, having received exactly one decision:
-    the approval `by` made, which is what Onlooker keeps."""
+    the approval `by` made, which is what Onlooker keeps. Returns once its pushes are over."""
     wait_for(
         lambda: Task.objects.filter(task_id=task_id, state="TASK_STATE_COMPLETED").exists(),
         "the agent to complete the approved task",
@@ -40,6 +40,7 @@ def assert_one_approval(js_peer: JsPeer, task_id: str, interaction: Interaction,
     assert decisions == [{"interactionId": interaction.interaction_id, "approved": True}]
     interaction.refresh_from_db()
     assert (interaction.answer, interaction.answered_by.username) == ({"approved": True}, by)
+    js_peer.wait_until_quiet(task_id)
 
 
 def person(name: str, *groups) -> Client:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -46,8 +47,11 @@ def require_js_peer() -> None:
 
 
 class JsPeer:
-    def __init__(self, process: subprocess.Popen, port: int, log_path: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen, port: int, log_path: Path, push_latency_ms: int
+    ) -> None:
         self.process = process
+        self.push_latency_ms = push_latency_ms
         self.port = port
         self.log_path = log_path
         self.base_url = f"http://127.0.0.1:{port}"
@@ -71,7 +75,7 @@ class JsPeer:
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
-        peer = cls(process, port, log_path)
+        peer = cls(process, port, log_path, push_latency_ms)
         wait_until_listening(process, port, timeout=START_TIMEOUT, log=peer.log)
         return peer
 
@@ -90,6 +94,22 @@ class JsPeer:
         """Every push the agent sent: key (`sha256:` of the body, as a receiver derives it),
         kind, taskId, state, and the HTTP status it was answered with (None until answered)."""
         return [p for p in self._get("/test/pushes") if task_id in (None, p["taskId"])]
+
+    def wait_until_quiet(self, task_id: str, timeout: float = 20.0) -> None:
+        """Until every push the agent made for the task has been answered and none has been
+        made for longer than the push latency: the SDK sends some events twice, and a push
+        still being applied when a test ends deadlocks the test database's flush."""
+        quiet = self.push_latency_ms / 1000 + 0.8
+        deadline = time.monotonic() + timeout
+        seen, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            pushes = self.pushes(task_id)
+            if len(pushes) != seen or any(p["status"] is None for p in pushes):
+                seen, since = len(pushes), time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the agent kept pushing for {timeout} s:\n{self.log()}")
 
     def release(self) -> None:
         """Let held follow-ups go on (started with `hold=True`)."""
