@@ -150,3 +150,23 @@ def test_how_long_a_question_has_waited_ticks_on_without_a_reload(
     page.clock.fast_forward("46:00")
 
     expect(waited).to_have_text("waiting 1 h")
+
+
+def test_a_reason_typed_on_the_page_reaches_the_agent_beside_the_decision(
+    asking, approver, page, open_live, agent_stub
+):
+    session = asking("approval")
+    open_live(f"/sessions/{session}/")
+
+    page.locator("[data-answer-form] textarea[name=reason]").fill("Not during the freeze.")
+    press("deny")(page)
+
+    expect(page.locator(".interactions .interaction-state")).to_be_visible()
+    assert answered().state == Interaction.State.ANSWERED
+    [request] = [r for r in agent_stub.requests if r.json().get("method") == "SendMessage"]
+    message = request.json()["params"]["message"]
+    assert message["parts"] == [
+        {"text": "Denied by alice in Onlooker"},
+        {"text": "Not during the freeze."},
+    ]
+    assert message["metadata"][profile.INTERACTIONS] == {"interactionId": "i-1", "approved": False}
