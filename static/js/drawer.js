@@ -1,0 +1,1 @@
+// drawer: filled in by issue 12's work.

@@ -1,0 +1,1 @@
+// favicon: filled in by issue 12's work.

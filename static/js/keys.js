@@ -1,0 +1,1 @@
+// keys: filled in by issue 12's work.

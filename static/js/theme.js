@@ -1,0 +1,1 @@
+// theme: filled in by issue 12's work.

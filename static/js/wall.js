@@ -1,0 +1,1 @@
+// wall: filled in by issue 12's work.
