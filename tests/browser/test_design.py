@@ -233,3 +233,35 @@ def test_the_favicon_shows_a_badge_when_an_approval_waits(
     open_live(f"/sessions/{session.pk}/")
     expect(page).to_have_title(f"(1) {session.context_id} · Onlooker")
     expect(page.locator("link[data-favicon]")).to_have_attribute("data-favicon-count", "1")
+
+
+# -- keyboard and touch --------------------------------------------------------------------
+
+
+def test_a_keyboard_focus_shows_a_ring(server, page):
+    page.goto(server.url + "/accounts/login/")
+    page.locator("[data-theme-toggle]").focus()
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Tab")  # focus by keyboard: :focus-visible applies
+    focused = page.evaluate(
+        """() => {
+            const s = getComputedStyle(document.activeElement);
+            return [document.activeElement.dataset.themeToggle !== undefined,
+                    s.outlineStyle, parseFloat(s.outlineWidth)];
+        }"""
+    )
+    assert focused[0] is True
+    assert focused[1] == "solid" and focused[2] >= 2
+
+
+def test_touch_screens_get_44_px_targets(browser, server):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True)
+    try:
+        page = context.new_page()
+        page.goto(server.url + "/accounts/login/")
+        assert page.evaluate("matchMedia('(pointer: coarse)').matches") is True
+        for selector in ["[data-theme-toggle]", "button[type=submit]", "#id_username"]:
+            box = page.locator(selector).bounding_box()
+            assert box["height"] >= 44, (selector, box)
+    finally:
+        context.close()
