@@ -191,26 +191,55 @@ def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
             **_typed(bound, stored),
         )
     except a2a_client.A2AError as error:
-        forgot = error.code == TASK_NOT_FOUND
-        if claim.first and (error.not_sent or error.code is not None):
-            _release(interaction, claim, str(error), forgot=forgot)
-            if forgot:
-                raise AgentForgot(
-                    f"Not sent: {FORGOT}. You can answer again, or {DISMISS_IF}."
-                ) from None
-            raise AgentFailed(f"Not sent: {error}; you can answer again.") from None
-        _unconfirmed(interaction, claim, str(error), forgot=forgot)
-        if forgot:
-            # A retry the agent refused as unknown: the first try may have reached the agent
-            # before it forgot, so the decision stays bound; nothing can confirm it now.
-            raise AgentForgot(
-                f"{bound.sent}, but {FORGOT}. Retry sending {bound.decision_name}, or {DISMISS_IF}."
-            ) from None
-        raise AgentFailed(
-            f"Not confirmed: {error}. {bound.sent}; the agent may have it. "
-            f"Retry sending {bound.decision_name} (the same message, never another decision)."
-        ) from None
+        raise _not_taken(interaction, claim, error) from None
     return _record(interaction, claim)
+
+
+def _not_taken(interaction: Interaction, claim: _Claim, error: a2a_client.A2AError) -> AgentFailed:
+    """Record that the agent did not take the answer; returns what to tell the person."""
+    bound, agent = claim.bound, interaction.task.session.agent
+    refused = error.code is not None
+    forgot, known = error.code == TASK_NOT_FOUND, None
+    if refused and not forgot and error.reason != "CONTEXT_BUSY":
+        # A refusal can mean the task ended, or was forgotten, without Onlooker hearing (a
+        # lost push, a restart): the agent's own view of the task says which.
+        forgot, known = _agent_view(agent, interaction.task.task_id)
+    if claim.first and (error.not_sent or refused):
+        _release(interaction, claim, str(error), forgot=forgot)
+        told = (
+            AgentForgot(f"Not sent: {FORGOT}. You can answer again, or {DISMISS_IF}.")
+            if forgot
+            else AgentFailed(f"Not sent: {error}; you can answer again.")
+        )
+    else:
+        _unconfirmed(interaction, claim, str(error), forgot=forgot)
+        # A retry the agent refused as unknown: the first try may have reached the agent
+        # before it forgot, so the decision stays bound; nothing can confirm it now.
+        told = (
+            AgentForgot(
+                f"{bound.sent}, but {FORGOT}. Retry sending {bound.decision_name}, or {DISMISS_IF}."
+            )
+            if forgot
+            else AgentFailed(
+                f"Not confirmed: {error}. {bound.sent}; the agent may have it. Retry sending "
+                f"{bound.decision_name} (the same message, never another decision)."
+            )
+        )
+    if known is not None:
+        # Catch up with the task as the agent has it: if it went on, that closes the question.
+        _apply_answer(agent, known)
+        if _bound(interaction).state == Interaction.State.CLOSED:
+            return AgentFailed(f"The agent did not take it: {error}. It has moved on from this.")
+    return told
+
+
+def _agent_view(agent: Agent, task_id: str) -> tuple[bool, dict | None]:
+    """GetTask after a refusal: (whether the agent does not know the task, the task as it
+    has it); (False, None) when it cannot tell."""
+    try:
+        return False, a2a_client.get_task(agent, task_id)
+    except a2a_client.A2AError as error:
+        return error.code == TASK_NOT_FOUND, None
 
 
 def message_id(interaction: Interaction, decision: Decision) -> str:

@@ -275,6 +275,57 @@ def test_an_agent_whose_task_went_on_unheard_closes_the_question(team_agent, age
     assert notes(interaction) == []
 
 
+def test_a_refused_answer_asks_the_agent_whether_it_still_knows_the_task(
+    team_agent, agent_stub, approver
+):
+    interaction = asking(team_agent)
+    refused = {"jsonrpc": "2.0", "error": {"code": -32004, "message": "Unsupported operation"}}
+    forgets(agent_stub, send=Answer(body=refused))
+
+    code, data = answer(approver, interaction, decision="approve")
+
+    assert code == 502
+    assert data["detail"].startswith(
+        "Not sent: the agent no longer knows this task (it may have restarted)."
+    )
+    assert len(agent_stub.calls("GetTask")) == 1
+    interaction.refresh_from_db()
+    assert (interaction.state, interaction.forgotten) == ("open", True)
+    assert ">Dismiss</button>" in page_of(approver, interaction)
+
+
+def test_a_refused_answer_to_a_task_that_ended_unheard_closes_the_question(
+    team_agent, agent_stub, approver
+):
+    interaction = asking(team_agent)
+    ended = {"jsonrpc": "2.0", "error": {"code": -32004, "message": "Task is in terminal state"}}
+    done = {"state": "TASK_STATE_FAILED", "timestamp": "2026-11-30T12:00:05Z"}
+
+    def choose(received: Received) -> Answer:
+        if received.json().get("method") == "GetTask":
+            return Answer(
+                body={
+                    "jsonrpc": "2.0",
+                    "result": {"id": "task-1", "contextId": "ctx-1", "status": done},
+                }
+            )
+        return Answer(body=ended)
+
+    agent_stub.answer_each(choose)
+
+    code, data = answer(approver, interaction, decision="approve")
+
+    assert (code, data["detail"]) == (
+        502,
+        "The agent did not take it: the agent does not support this operation (Task is in "
+        "terminal state). It has moved on from this.",
+    )
+    interaction.refresh_from_db()
+    assert (interaction.state, interaction.answer) == ("closed", None)
+    session = Session.objects.get()
+    assert (session.state, session.needs_human) == ("TASK_STATE_FAILED", False)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_dismiss_racing_an_answer_never_lets_both_happen(ops, approvers):
     with MisbehavingAgent() as stub:
