@@ -29,7 +29,16 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks import a2a_client, agents, broadcast, cards, ingest, message_parts, profile, protocol
-from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, Task, TaskState
+from tasks.models import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    Agent,
+    Interaction,
+    Message,
+    Session,
+    Task,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,21 @@ class AlreadyAnswered(AnswerError):
 
 class AgentFailed(AnswerError):
     status = 502
+
+
+class AgentForgot(AgentFailed):
+    """The agent answered "task not found": it restarted, or dropped the task."""
+
+
+class StillWaiting(AnswerError):
+    """A dismissal refused: the agent says it still waits for input on the task."""
+
+    status = 409
+
+
+TASK_NOT_FOUND = -32001
+FORGOT = "the agent no longer knows this task (it may have restarted)"
+DISMISS_IF = "dismiss it if it is no longer needed"
 
 
 @dataclass(frozen=True)
@@ -167,15 +191,55 @@ def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
             **_typed(bound, stored),
         )
     except a2a_client.A2AError as error:
-        if claim.first and (error.not_sent or error.code is not None):
-            _release(interaction, claim, str(error))
-            raise AgentFailed(f"Not sent: {error}; you can answer again.") from None
-        _unconfirmed(interaction, claim, str(error))
-        raise AgentFailed(
-            f"Not confirmed: {error}. {bound.sent}; the agent may have it. "
-            f"Retry sending {bound.decision_name} (the same message, never another decision)."
-        ) from None
+        raise _not_taken(interaction, claim, error) from None
     return _record(interaction, claim)
+
+
+def _not_taken(interaction: Interaction, claim: _Claim, error: a2a_client.A2AError) -> AgentFailed:
+    """Record that the agent did not take the answer; returns what to tell the person."""
+    bound, agent = claim.bound, interaction.task.session.agent
+    refused = error.code is not None
+    forgot, known = error.code == TASK_NOT_FOUND, None
+    if refused and not forgot and error.reason != "CONTEXT_BUSY":
+        # A refusal can mean the task ended, or was forgotten, without Onlooker hearing (a
+        # lost push, a restart): the agent's own view of the task says which.
+        forgot, known = _agent_view(agent, interaction.task.task_id)
+    if claim.first and (error.not_sent or refused):
+        _release(interaction, claim, str(error), forgot=forgot)
+        told = (
+            AgentForgot(f"Not sent: {FORGOT}. You can answer again, or {DISMISS_IF}.")
+            if forgot
+            else AgentFailed(f"Not sent: {error}; you can answer again.")
+        )
+    else:
+        _unconfirmed(interaction, claim, str(error), forgot=forgot)
+        # A retry the agent refused as unknown: the first try may have reached the agent
+        # before it forgot, so the decision stays bound; nothing can confirm it now.
+        told = (
+            AgentForgot(
+                f"{bound.sent}, but {FORGOT}. Retry sending {bound.decision_name}, or {DISMISS_IF}."
+            )
+            if forgot
+            else AgentFailed(
+                f"Not confirmed: {error}. {bound.sent}; the agent may have it. Retry sending "
+                f"{bound.decision_name} (the same message, never another decision)."
+            )
+        )
+    if known is not None:
+        # Catch up with the task as the agent has it: if it went on, that closes the question.
+        _apply_answer(agent, known)
+        if _bound(interaction).state == Interaction.State.CLOSED:
+            return AgentFailed(f"The agent did not take it: {error}. It has moved on from this.")
+    return told
+
+
+def _agent_view(agent: Agent, task_id: str) -> tuple[bool, dict | None]:
+    """GetTask after a refusal: (whether the agent does not know the task, the task as it
+    has it); (False, None) when it cannot tell."""
+    try:
+        return False, a2a_client.get_task(agent, task_id)
+    except a2a_client.A2AError as error:
+        return error.code == TASK_NOT_FOUND, None
 
 
 def message_id(interaction: Interaction, decision: Decision) -> str:
@@ -251,7 +315,7 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
 
 
 def _bound(interaction: Interaction) -> Interaction:
-    return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+    return Interaction.objects.select_related("answered_by", "dismissed_by").get(pk=interaction.pk)
 
 
 def _refusal(current: Interaction) -> str:
@@ -262,6 +326,8 @@ def _refusal(current: Interaction) -> str:
         )
     if current.state == Interaction.State.ANSWERING:
         return f"{current.outcome}: {current.decision_name}."
+    if current.state == Interaction.State.DISMISSED:
+        return f"Already dismissed: {current.dismissal}."
     if current.state == Interaction.State.CLOSED:
         if current.answer is not None:
             return f"{current.outcome}."
@@ -269,7 +335,12 @@ def _refusal(current: Interaction) -> str:
     return f"Already answered: {current.outcome}."
 
 
-def _release(interaction: Interaction, claim: _Claim, error: str) -> None:
+def _forgotten(claim: _Claim, forgot: bool) -> dict:
+    """The mark that offers "Dismiss", for the round the agent said it does not know."""
+    return {"forgotten_round": claim.round} if forgot else {}
+
+
+def _release(interaction: Interaction, claim: _Claim, error: str, *, forgot: bool = False) -> None:
     """Nothing reached the agent: the question is open again, for any decision."""
     log.warning("answer to interaction %s not sent: %s", interaction.pk, error)
     with _changing(interaction):
@@ -282,6 +353,7 @@ def _release(interaction: Interaction, claim: _Claim, error: str) -> None:
             answer=None,
             reason="",
             last_error=error[:2_000],
+            **_forgotten(claim, forgot),
         )
         # Closed by the agent meanwhile: it moved on without this answer, which never left.
         Interaction.objects.filter(
@@ -289,13 +361,17 @@ def _release(interaction: Interaction, claim: _Claim, error: str) -> None:
         ).update(answered_by=None, answered_at=None, answer=None, reason="")
 
 
-def _unconfirmed(interaction: Interaction, claim: _Claim, error: str) -> None:
+def _unconfirmed(
+    interaction: Interaction, claim: _Claim, error: str, *, forgot: bool = False
+) -> None:
     """The agent may have the answer: bound to it, sent and not confirmed."""
     log.warning("answer to interaction %s not confirmed: %s", interaction.pk, error)
     with _changing(interaction):
         Interaction.objects.filter(
             pk=interaction.pk, round=claim.round, state=Interaction.State.ANSWERING
-        ).update(state=Interaction.State.SENT, last_error=error[:2_000])
+        ).update(
+            state=Interaction.State.SENT, last_error=error[:2_000], **_forgotten(claim, forgot)
+        )
 
 
 def _record(interaction: Interaction, claim: _Claim) -> Interaction:
@@ -308,6 +384,96 @@ def _record(interaction: Interaction, claim: _Claim) -> Interaction:
             state__in=[Interaction.State.ANSWERING, Interaction.State.CLOSED],
         ).update(state=Interaction.State.ANSWERED, answered_at=timezone.now(), last_error="")
     return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+
+
+# -- dismissing what the agent no longer knows ----------------------------------------------
+
+DISMISSABLE = (Interaction.State.OPEN, Interaction.State.SENT)
+NOTE_PROMPT_CHARS = 80  # of the prompt, in the transcript's one-line note
+
+
+@dataclass(frozen=True)
+class Dismissed:
+    state: str
+    detail: str
+
+
+def dismiss(user, interaction: Interaction) -> Dismissed:
+    """Close an interaction no answer can reach: the agent, asked again now (GetTask), does
+    not know its task, or no longer waits for input on it. Refused, changing nothing, while
+    the agent still waits, or when it cannot be asked. Leaves a note in the transcript."""
+    if not may_answer(user):
+        raise NotAllowed("You may see this, but not dismiss it: ask for the approver role.")
+    current = _bound(interaction)
+    if current.state not in DISMISSABLE:
+        raise AlreadyAnswered(_refusal(current))
+    agent, task = interaction.task.session.agent, interaction.task
+    forgotten_round: int | None = current.round
+    try:
+        known = a2a_client.get_task(agent, task.task_id)
+    except a2a_client.A2AError as error:
+        if error.code != TASK_NOT_FOUND:
+            # Unreachable is not "forgotten": an agent that is down for a minute may still
+            # hold the task and wait for this answer, and a dismissed question is hidden
+            # from everyone who could give it. Only the agent's own word closes it.
+            raise AgentFailed(
+                f"Nothing was dismissed: Onlooker could not ask the agent whether it still "
+                f"waits for this ({error}). Try again once it answers."
+            ) from None
+    else:
+        status = known.get("status")
+        state = status.get("state") if isinstance(status, dict) else None
+        if state not in TaskState.values:
+            raise AgentFailed(
+                "Nothing was dismissed: the agent answered with a task Onlooker cannot read, "
+                "so it cannot tell whether the agent still waits for this."
+            )
+        if state in INTERRUPTED_STATES:
+            raise StillWaiting(
+                "The agent still knows this task and waits for an answer: answer it instead. "
+                "Nothing was dismissed."
+            )
+        # The agent went on and Onlooker missed it: catch up, as a push would have.
+        _apply_answer(agent, known)
+        forgotten_round = None
+    now = timezone.now()
+    with _changing(interaction):
+        dismissed = Interaction.objects.filter(
+            pk=interaction.pk, round=current.round, state__in=DISMISSABLE
+        ).update(
+            state=Interaction.State.DISMISSED,
+            dismissed_by=user,
+            dismissed_at=now,
+            forgotten_round=forgotten_round,
+        )
+        after = _bound(interaction)
+        why = after.dismissed_because
+        if dismissed:
+            Message.objects.create(
+                session_id=task.session_id,
+                task=task,
+                # One note per round, whatever races past the conditional update above.
+                message_id=f"onlooker-dismissed-{interaction.pk}-{current.round}",
+                role=Message.Role.ONLOOKER,
+                text=f"Dismissed by {user.get_username()}: {why}. {_quoted(current)}",
+                at=now,
+            )
+    if not dismissed:
+        if after.state == Interaction.State.CLOSED:
+            # The agent's task had gone on (catching up closed it, or a push did meanwhile):
+            # the question is gone, which is what the person asked for.
+            return Dismissed(after.state, "Closed: the agent had moved on.")
+        raise AlreadyAnswered(_refusal(after))
+    log.info("%s dismissed interaction %s: %s", user, interaction.pk, why)
+    return Dismissed(after.state, f"Dismissed by {user.get_username()}: {why}.")
+
+
+def _quoted(interaction: Interaction) -> str:
+    kind = interaction.get_kind_display().capitalize()
+    prompt = " ".join(interaction.prompt[: NOTE_PROMPT_CHARS * 4].split())
+    if len(prompt) > NOTE_PROMPT_CHARS:
+        prompt = prompt[: NOTE_PROMPT_CHARS - 1].rstrip() + "…"
+    return f"({kind}: {prompt or 'no prompt'})"
 
 
 # -- talking to agents ------------------------------------------------------------------------

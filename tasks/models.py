@@ -265,6 +265,9 @@ class Interaction(models.Model):
         SENT = "sent", "sent, not confirmed"
         ANSWERED = "answered"
         CLOSED = "closed", "closed by the agent"
+        # A person closed it: the agent no longer knew its task (it restarted, or the task
+        # ended without Onlooker hearing), so no answer could ever reach it.
+        DISMISSED = "dismissed", "dismissed by a person"
 
     # A claim older than this belongs to a process that died mid-call: its decision may have
     # reached the agent, so it binds like a sent one. Far longer than any call can take
@@ -292,6 +295,18 @@ class Interaction(models.Model):
     # When the claim was made, then when it was sent (or confirmed).
     answered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # The round in which the agent answered "task not found": a later round (the agent asked
+    # again, so it knows the task after all) is not marked by it.
+    forgotten_round = models.PositiveIntegerField(null=True, blank=True)
+    # Kept apart from answered_by/at: a decision sent before the agent forgot stays on record.
+    dismissed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="dismissed_interactions",
+    )
+    dismissed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -302,6 +317,32 @@ class Interaction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.interaction_id} ({self.state})"
+
+    @property
+    def forgotten(self) -> bool:
+        """The agent said it no longer knows this task, and nothing has happened since:
+        people who may answer are offered "Dismiss"."""
+        return (
+            self.state in (self.State.OPEN, self.State.SENT)
+            and self.forgotten_round is not None
+            and self.forgotten_round == self.round
+        )
+
+    @property
+    def dismissal(self) -> str:
+        """'Dismissed by alice, 10:05: the agent no longer knew this task'."""
+        who = self.dismissed_by.get_username() if self.dismissed_by else "someone"
+        at = self.dismissed_at
+        when = time_format(timezone.localtime(at), "H:i") if at else ""
+        return f"Dismissed by {who}, {when}: {self.dismissed_because}"
+
+    @property
+    def dismissed_because(self) -> str:
+        # A dismissal marks the round when the agent said it did not know the task; one
+        # made because the agent's task had gone on without it clears the mark.
+        if self.forgotten_round is not None and self.forgotten_round == self.round:
+            return "the agent no longer knew this task"
+        return "the agent no longer waited for it"
 
     @property
     def unconfirmed(self) -> bool:
@@ -355,6 +396,8 @@ class Interaction(models.Model):
     @property
     def outcome(self) -> str:
         """'Approved by alice, 10:02' and the like, once someone answers."""
+        if self.state == self.State.DISMISSED:
+            return self.dismissal
         who = self.answered_by.get_username() if self.answered_by else "someone"
         if self.unconfirmed:
             return f"{self.sent}; the agent has not confirmed yet"
@@ -405,11 +448,15 @@ class Artifact(models.Model):
 
 
 class Message(models.Model):
-    """The session transcript: what people sent and what the agent said."""
+    """The session transcript: what people sent, what the agent said, and Onlooker's notes
+    of what people did that the agent never heard (a dismissed question)."""
 
     class Role(models.TextChoices):
         USER = "ROLE_USER", "user"
         AGENT = "ROLE_AGENT", "agent"
+        # Onlooker's own one-line notes (a question dismissed): said by neither side, and
+        # never sent to the agent. Not an A2A role, so it cannot be mistaken for one.
+        ONLOOKER = "onlooker", "Onlooker"
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
     task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE)

@@ -42,6 +42,11 @@ urlpatterns = [
         views.answer_interaction,
         name="answer-interaction",
     ),
+    path(
+        "interactions/<int:interaction_id>/dismiss/",
+        views.dismiss_interaction,
+        name="dismiss-interaction",
+    ),
     path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),

@@ -362,6 +362,24 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
 
 @require_POST
 @api_login_required
+def dismiss_interaction(request: HttpRequest, interaction_id: int) -> HttpResponse:
+    """Dismiss a question the agent no longer knows. CSRF-checked like every POST; the
+    permission (the one that answers) and the agent's own word are checked in
+    answers.dismiss, on every post."""
+    try:
+        interaction = answers.visible(request.user, interaction_id)
+    except answers.NotFound as error:
+        return _refused(request, error, 0)
+
+    def act():
+        done = answers.dismiss(request.user, interaction)
+        return done.state, done.detail
+
+    return _acted(request, interaction.task.session_id, act)
+
+
+@require_POST
+@api_login_required
 def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
     """The composer: a person's message to the session's agent."""
 
