@@ -60,13 +60,16 @@ class Command(BaseCommand):
                     f"port {wanted} is taken, so the {name} cannot start there: stop what "
                     "runs there, or choose another with --port / --agent-port"
                 )
-        call_command("migrate", interactive=False, verbosity=0)
-        password = _demo_user()
+        # Ctrl-C (SIGINT) and a stop request (SIGTERM) both stop the demo, installed by hand:
+        # started in the background from a script, a process inherits SIGINT as ignored, and
+        # Python then never turns it into KeyboardInterrupt.
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
         logs = Path(settings.DATA_DIR)
         children: list[subprocess.Popen] = []
-        # A stop request (SIGTERM) stops the children just as Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
         try:
+            call_command("migrate", interactive=False, verbosity=0)
+            password = _demo_user()
             agent = self._start_agent(agent_port, children, logs / "demo-agent.log")
             dashboard = _start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
                                 str(port), "dashboard.asgi:application"],
@@ -85,6 +88,8 @@ class Command(BaseCommand):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             _stop(children)
+            self.stdout.write("Onlooker has stopped.")
+            self.stdout.flush()
 
     def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
         card_url = f"http://127.0.0.1:{port}{a2a_client.CARD_PATH}"
