@@ -66,5 +66,6 @@ def test_the_demo_started_from_a_script_stops_on_ctrl_c_and_says_so(tmp_path: Pa
 
     output = log_path.read_text()
     assert code == 0, output
+    assert "No sessions were started" in output, output  # --sessions 0
     assert output.rstrip().endswith("Onlooker has stopped."), output
     assert not listening(port) and not listening(agent_port), "a demo process outlived it"

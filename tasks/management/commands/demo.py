@@ -125,8 +125,19 @@ class Command(BaseCommand):
             f"Onlooker is running: open {url}",
             "Log in as 'demo'"
             + (f" with the password {password}" if password else " (password as printed before)"),
-            f"The example agent is working on {started} sessions; approve or deny what it asks,",
-            "or write to it from a session page. Ctrl-C stops everything.",
+            *(
+                (
+                    f"The example agent is working on {started} sessions; approve or deny what "
+                    "it asks,",
+                    "or write to it from a session page. Ctrl-C stops everything.",
+                )
+                if started
+                else (
+                    "No sessions were started: start one with the example agent from the "
+                    "monitoring screen.",
+                    "Ctrl-C stops everything.",
+                )
+            ),
             f"Logs: {Path(settings.DATA_DIR) / 'demo-dashboard.log'} and demo-agent.log beside it.",
         ]
         if password is None:
