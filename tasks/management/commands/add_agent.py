@@ -60,7 +60,8 @@ class Command(BaseCommand):
         except AlreadyRegistered as error:
             raise CommandError(
                 f"{error}. Its push URL and secrets were printed when it was registered (the "
-                "admin can rotate them); to register it a second time on purpose, add --again"
+                "admin rotates its signing secret and replaces its card API token). To "
+                "register it a second time on purpose, add --again"
             ) from None
         except OtherRpcOrigin as error:
             raise CommandError(f"{error} (--allow-other-rpc-origin)") from None
