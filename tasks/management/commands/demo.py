@@ -84,9 +84,8 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nStopping the dashboard and the example agent…")
         finally:
-            # A second Ctrl-C (or stop request) must not cut the shutdown short.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            # A Ctrl-C (or stop request) from now on must not cut the shutdown short.
+            _let_go_of_stop_signals()
             _stop(children)
             self.stdout.write("Onlooker has stopped.")
             self.stdout.flush()
@@ -168,7 +167,21 @@ def _start(command: list[str], log: Path) -> subprocess.Popen:
 
 
 def _interrupt(signum, frame) -> None:
+    # Only the first one stops the demo: a second Ctrl-C while the first is being handled
+    # would cut the shutdown short and leave the children running.
+    _let_go_of_stop_signals()
     raise KeyboardInterrupt
+
+
+def _let_go_of_stop_signals() -> None:
+    # A handler that does nothing rather than SIG_IGN: a signal already on its way when the
+    # handler changes would otherwise be reported as "ignored due to race condition".
+    signal.signal(signal.SIGINT, _let_go)
+    signal.signal(signal.SIGTERM, _let_go)
+
+
+def _let_go(signum, frame) -> None:
+    pass
 
 
 def _listening(port: int) -> bool:
