@@ -1,7 +1,10 @@
-"""Refresh the README's screenshots: `python docs/screenshots.py` (needs the test extras and
-Debian's chromium). It runs `manage.py demo` in a throwaway data directory, logs in as the
-demo user in a real browser, and photographs the monitoring screen and a session page with
-the example agent's approval waiting."""
+"""Refresh the README's screenshots: `.venv/bin/python docs/screenshots.py`.
+
+It needs the test extra, for Playwright (`.venv/bin/pip install -e '.[test]'`; it includes
+the demo's packages), and Debian's chromium at /usr/bin/chromium (or `CHROMIUM=/path`). It
+runs `manage.py demo` in a throwaway data directory, logs in as the demo user in a real
+browser, and photographs the monitoring screen and a session page with the example agent's
+approval waiting, overwriting docs/monitoring.png and docs/session.png."""
 
 from __future__ import annotations
 

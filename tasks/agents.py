@@ -11,6 +11,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
@@ -30,6 +31,18 @@ class RegistrationError(Exception):
 class OtherRpcOrigin(RegistrationError):
     """The card sends Onlooker's calls, and so the agent's credential, to another origin than
     its own; registered only when a person allows it."""
+
+
+class AlreadyRegistered(RegistrationError):
+    """The card URL is registered already: a second registration is made only on purpose
+    (`again`), since each one gets its own push URL, secrets and sessions."""
+
+    def __init__(self, existing: list[Agent]) -> None:
+        self.existing = existing
+        named = ", ".join(f"{agent.name} (agent {agent.pk})" for agent in existing)
+        super().__init__(
+            f"{existing[0].card_url} is already registered as {named}; nothing was registered"
+        )
 
 
 @dataclass(frozen=True)
@@ -84,10 +97,14 @@ def register(
     generate_signing_secret: bool = False,
     credential: str = "",
     allow_other_rpc_origin: bool = False,
+    again: bool = False,
 ) -> Registration:
     """Register the agent whose card is at (or under) `card_url`. Its JSON-RPC URL must be at
     the card's origin unless `allow_other_rpc_origin`: the card decides where Onlooker sends
-    the agent's credential, and whoever serves the card must not steer it elsewhere."""
+    the agent's credential, and whoever serves the card must not steer it elsewhere.
+
+    A card URL that is registered already raises AlreadyRegistered unless `again`: a second
+    registration by mistake would split one agent's sessions between two names."""
     if signing_secret and generate_signing_secret:
         raise RegistrationError("give a signing secret or ask for one to be generated, not both")
     if generate_signing_secret:
@@ -101,6 +118,9 @@ def register(
         card_url = a2a_client.card_url_for(card_url)
         if len(card_url) > a2a_client.MAX_URL:
             raise RegistrationError(f"the card URL is longer than {a2a_client.MAX_URL} characters")
+        existing = registrations_of(card_url)
+        if existing and not again:
+            raise AlreadyRegistered(existing)
         card = a2a_client.fetch_card(card_url)
     except a2a_client.A2AError as error:
         raise RegistrationError(str(error)) from None
@@ -129,6 +149,26 @@ def register(
         )
         endpoint, token, bearer = new_endpoint(agent)
     return Registration(agent, endpoint, token, bearer, signing_secret or None, api_token)
+
+
+def card_key(card_url: str) -> str:
+    """What makes two card URLs the same agent's: origin, path and query (so `HTTP://Host:80/`
+    and `http://host/` are one); the URL itself when it has no origin."""
+    try:
+        key = a2a_client.origin(card_url)
+    except ValueError:
+        return card_url
+    parts = urlsplit(card_url)
+    return key + parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def registrations_of(card_url: str) -> list[Agent]:
+    """Every registration of the agent whose card is at `card_url`, oldest first."""
+    key = card_key(card_url)
+    # Compared in Python: origins are normalised, which a database lookup cannot do, and
+    # registrations are few.
+    candidates = Agent.objects.only("pk", "name", "card_url").order_by("pk")
+    return [agent for agent in candidates if card_key(agent.card_url) == key]
 
 
 def new_api_token() -> str:

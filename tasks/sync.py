@@ -2,7 +2,11 @@
 was down (or never sent) are recovered by asking each agent what changed (`ListTasks` after
 the last update Onlooker saw) and fetching (`GetTask`) every task it holds something newer
 of. What comes back goes through ingest like a push of the same snapshot, so running this
-twice changes nothing."""
+twice changes nothing.
+
+One agent may be registered twice (`add_agent --again`): both registrations list the same
+tasks. A task, and every task of its context, belongs to the registration that holds it
+first; the other one leaves it alone, so a context never gets a session under each."""
 
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Max
 
 from tasks import a2a_client, agents, ingest, protocol
-from tasks.models import Agent, Task
+from tasks.models import Agent, Session, Task
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,8 @@ class Report:
     listed: int = 0
     fetched: int = 0
     applied: int = 0
+    # Listed tasks another registration of the same card holds: synced there, not here.
+    elsewhere: int = 0
     # Why the agent as a whole could not be synced (its card, its task list); the last one
     # is what stopped it.
     errors: list[str] = field(default_factory=list)
@@ -85,6 +92,7 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
         report.errors.append(f"its card could not be read again: {card_error}")
     if agent.refused_rpc_url:
         report.warnings.append(agents.refused_move(agent))
+    others = [other.pk for other in agents.registrations_of(agent.card_url) if other != agent]
     failed_in_a_row = 0
     for summary in a2a_client.iter_tasks(agent, status_timestamp_after=since):
         report.listed += 1
@@ -101,8 +109,11 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
             continue
         if _known(agent, task_id, summary):
             continue
+        if _held_elsewhere(agent, others, task_id, summary.get("contextId")):
+            report.elsewhere += 1
+            continue
         try:
-            _fetch(agent, task_id, report)
+            _fetch(agent, others, task_id, report)
         except a2a_client.A2AError as error:
             report.skipped.append(f"{shown}: GetTask failed: {error}")
             failed_in_a_row += 1
@@ -119,11 +130,43 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
         failed_in_a_row = 0
 
 
-def _fetch(agent: Agent, task_id: str, report: Report) -> None:
+def _fetch(agent: Agent, others: list[int], task_id: str, report: Report) -> None:
     task = a2a_client.get_task(agent, task_id)
     report.fetched += 1
-    result = ingest.apply_fetched(agent, task)
-    report.applied += not result.duplicate
+    if not others:
+        report.applied += not ingest.apply_fetched(agent, task).duplicate
+        return
+    with transaction.atomic():
+        # Two syncs of the card's registrations at once must not both take a task nobody
+        # holds yet: whoever holds the oldest registration's row checks and applies first.
+        # (SQLite serialises the whole transaction instead: it begins IMMEDIATE.)
+        first = min(agent.pk, *others)
+        list(Agent.objects.select_for_update().filter(pk=first).values_list("pk"))
+        context_id = task.get("contextId") if isinstance(task, dict) else None
+        if _held_elsewhere(agent, others, task_id, context_id):
+            report.elsewhere += 1
+            return
+        report.applied += not ingest.apply_fetched(agent, task).duplicate
+
+
+def _held_elsewhere(agent: Agent, others: list[int], task_id: str, context_id: object) -> bool:
+    """Another registration of the agent's card holds this task, or a session of its context,
+    and this registration holds neither: applied here it would be a second session."""
+    if not others:
+        return False
+    # A context id Onlooker cannot keep (NUL, a lone surrogate) is never a session's: ingest
+    # refuses it, and a query holding one would fail.
+    sendable = isinstance(context_id, str) and context_id and _sendable(context_id)
+    context = context_id if sendable else None
+    if Task.objects.filter(agent=agent, task_id=task_id).exists():
+        return False
+    if context and Session.objects.filter(agent=agent, context_id=context).exists():
+        return False
+    if Task.objects.filter(agent_id__in=others, task_id=task_id).exists():
+        return True
+    if context is None:
+        return False
+    return Session.objects.filter(agent_id__in=others, context_id=context).exists()
 
 
 def _no_id(value: object) -> str:

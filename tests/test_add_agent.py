@@ -206,7 +206,7 @@ def test_existing_team_is_reused(card_server):
     team = Group.objects.create(name="ops")
     card_server.serve_card()
     add_agent(card_server.base_url, "--team", "ops")
-    add_agent(card_server.base_url, "--team", "ops", "--name", "Second")
+    add_agent(card_server.base_url, "--team", "ops", "--name", "Second", "--again")
     assert Group.objects.count() == 1
     assert list(Agent.objects.values_list("team", flat=True)) == [team.pk, team.pk]
 
@@ -256,11 +256,41 @@ def test_json_output_is_exactly_one_object_with_the_push_details(card_server):
 def test_each_registration_gets_its_own_endpoint_and_credentials(card_server):
     card_server.serve_card()
     first = add_agent_json(card_server.base_url)
-    second = add_agent_json(card_server.base_url)
+    second = add_agent_json(card_server.base_url, "--again")
     assert first["agent"] != second["agent"]
     assert first["push_url"] != second["push_url"]
     assert first["push_token"] != second["push_token"]
     assert first["push_bearer"] != second["push_bearer"]
+
+
+@pytest.mark.django_db
+def test_a_card_url_registered_already_is_refused_naming_the_agent(card_server):
+    card_server.serve_card()
+    add_agent(card_server.card_url, "--name", "Night builds")
+    agent = Agent.objects.get()
+
+    # The base URL, in other letters, is the same card.
+    with pytest.raises(CommandError) as raised:
+        add_agent(card_server.base_url.replace("http://", "HTTP://") + "/", "--team", "ops")
+
+    message = str(raised.value)
+    assert f"{card_server.card_url} is already registered as Night builds (agent {agent.pk})" in (
+        message
+    )
+    assert "nothing was registered" in message and "--again" in message
+    assert list(Agent.objects.all()) == [agent]
+    assert PushEndpoint.objects.count() == 1
+    assert not Group.objects.exists()
+    assert card_server.requests == [CARD_PATH]  # refused before asking the agent
+
+
+@pytest.mark.django_db
+def test_again_registers_a_card_url_a_second_time_on_purpose(card_server):
+    card_server.serve_card()
+    first = add_agent_json(card_server.base_url)
+    second = add_agent_json(card_server.base_url, "--again", "--team", "ops")
+    assert Agent.objects.get(pk=second["agent"]).team.name == "ops"
+    assert Agent.objects.get(pk=first["agent"]).team is None
 
 
 @pytest.mark.django_db

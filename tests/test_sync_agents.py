@@ -84,3 +84,62 @@ def test_sync_reads_each_agents_card_again(start_peer):  # noqa: F811
     agent = Agent.objects.get(pk=registration["agent"])
     assert (agent.rpc_url, agent.last_error) == (peer.rpc_url, "")
     assert "https://docs.nylorun.com/a2a/interactions/v1" in agent.extensions
+
+
+# -- one agent registered twice -----------------------------------------------------------
+
+
+def start_task_in_context(peer, context_id: str) -> dict:
+    """A follow-up task in a conversation the agent already has, its pushes lost too."""
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "contextId": context_id,
+        "parts": [{"text": "And the changelog"}],
+    }
+    config = {"id": "lost-2", "url": f"http://127.0.0.1:{free_port()}/a2a/push/lost/"}
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": config}
+    return peer.rpc("SendMessage", {"message": message, "configuration": configuration})["task"]
+
+
+def sessions_of(context_id: str) -> list[int]:
+    return list(Session.objects.filter(context_id=context_id).values_list("agent_id", flat=True))
+
+
+def test_an_agent_registered_twice_never_gets_two_sessions_for_one_context(start_peer):  # noqa: F811
+    peer = start_peer()
+    first = add_agent(peer.card_url)["agent"]
+    second = add_agent(peer.card_url, "--again")["agent"]
+    task = start_task_pushing_nowhere(peer)
+
+    # Both registrations list the task; the first to sync takes it, the other leaves it.
+    output = sync()
+
+    assert f"(#{first}): 1 listed, 1 fetched, 1 applied" in output
+    assert f"(#{second}): 1 listed, 0 fetched, 0 applied, 1 left to its other registration" in (
+        output
+    )
+    assert sessions_of(task["contextId"]) == [first]
+    assert list(Task.objects.values_list("agent_id", flat=True)) == [first]
+
+    # Synced alone, the second registration leaves it too.
+    sync("--agent", str(second))
+    assert sessions_of(task["contextId"]) == [first]
+
+
+def test_a_new_task_in_a_context_the_other_registration_holds_goes_there(start_peer):  # noqa: F811
+    peer = start_peer()
+    first = add_agent(peer.card_url)["agent"]
+    second = add_agent(peer.card_url, "--again")["agent"]
+    task = start_task_pushing_nowhere(peer)
+    sync("--agent", str(first))
+    follow_up = start_task_in_context(peer, task["contextId"])
+
+    # The second registration holds neither the new task nor its context: it leaves both.
+    sync("--agent", str(second))
+    assert sessions_of(task["contextId"]) == [first]
+
+    sync()
+    assert sessions_of(task["contextId"]) == [first]
+    session = Session.objects.get(context_id=task["contextId"])
+    assert set(session.tasks.values_list("task_id", flat=True)) == {task["id"], follow_up["id"]}

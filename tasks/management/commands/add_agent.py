@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.agents import OtherRpcOrigin, RegistrationError, register
+from tasks.agents import AlreadyRegistered, OtherRpcOrigin, RegistrationError, register
 
 
 class Command(BaseCommand):
@@ -14,7 +14,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("card_url", help="the agent's base URL or agent-card.json URL")
         parser.add_argument("--name", default="", help="display name (default: the card's)")
-        parser.add_argument("--team", default="", help="group whose members may see it")
+        parser.add_argument(
+            "--team",
+            default="",
+            help="group (made if missing) whose members alone see its sessions; without it, "
+            "every user does",
+        )
         secret = parser.add_mutually_exclusive_group()
         secret.add_argument("--signing-secret", default="", help="Standard Webhooks whsec_…")
         secret.add_argument("--generate-signing-secret", action="store_true")
@@ -27,7 +32,18 @@ class Command(BaseCommand):
             help="accept a card whose JSON-RPC URL (where the credential is sent) is at another "
             "scheme, host or port than the card",
         )
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument(
+            "--again",
+            action="store_true",
+            help="register a card URL that is registered already, as a second agent with its "
+            "own push URL, secrets and sessions",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="print one JSON object: agent, push_url, push_token, push_bearer, "
+            "signing_secret, api_token",
+        )
 
     def handle(self, *args, **options):
         try:
@@ -39,7 +55,14 @@ class Command(BaseCommand):
                 generate_signing_secret=options["generate_signing_secret"],
                 credential=options["credential"],
                 allow_other_rpc_origin=options["allow_other_rpc_origin"],
+                again=options["again"],
             )
+        except AlreadyRegistered as error:
+            raise CommandError(
+                f"{error}. Its push URL and secrets were printed when it was registered (the "
+                "admin rotates its signing secret and replaces its card API token). To "
+                "register it a second time on purpose, add --again"
+            ) from None
         except OtherRpcOrigin as error:
             raise CommandError(f"{error} (--allow-other-rpc-origin)") from None
         except RegistrationError as error:

@@ -60,13 +60,16 @@ class Command(BaseCommand):
                     f"port {wanted} is taken, so the {name} cannot start there: stop what "
                     "runs there, or choose another with --port / --agent-port"
                 )
-        call_command("migrate", interactive=False, verbosity=0)
-        password = _demo_user()
+        # Ctrl-C (SIGINT) and a stop request (SIGTERM) both stop the demo, installed by hand:
+        # started in the background from a script, a process inherits SIGINT as ignored, and
+        # Python then never turns it into KeyboardInterrupt.
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
         logs = Path(settings.DATA_DIR)
         children: list[subprocess.Popen] = []
-        # A stop request (SIGTERM) stops the children just as Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
         try:
+            call_command("migrate", interactive=False, verbosity=0)
+            password = _demo_user()
             agent = self._start_agent(agent_port, children, logs / "demo-agent.log")
             dashboard = _start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
                                 str(port), "dashboard.asgi:application"],
@@ -81,10 +84,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nStopping the dashboard and the example agent…")
         finally:
-            # A second Ctrl-C (or stop request) must not cut the shutdown short.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            # A Ctrl-C (or stop request) from now on must not cut the shutdown short.
+            _let_go_of_stop_signals()
             _stop(children)
+            self.stdout.write("Onlooker has stopped.")
+            self.stdout.flush()
 
     def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
         card_url = f"http://127.0.0.1:{port}{a2a_client.CARD_PATH}"
@@ -120,8 +124,19 @@ class Command(BaseCommand):
             f"Onlooker is running: open {url}",
             "Log in as 'demo'"
             + (f" with the password {password}" if password else " (password as printed before)"),
-            f"The example agent is working on {started} sessions; approve or deny what it asks,",
-            "or write to it from a session page. Ctrl-C stops everything.",
+            *(
+                (
+                    f"The example agent is working on {started} sessions; approve or deny what "
+                    "it asks,",
+                    "or write to it from a session page. Ctrl-C stops everything.",
+                )
+                if started
+                else (
+                    "No sessions were started: start one with the example agent from the "
+                    "monitoring screen.",
+                    "Ctrl-C stops everything.",
+                )
+            ),
             f"Logs: {Path(settings.DATA_DIR) / 'demo-dashboard.log'} and demo-agent.log beside it.",
         ]
         if password is None:
@@ -152,7 +167,21 @@ def _start(command: list[str], log: Path) -> subprocess.Popen:
 
 
 def _interrupt(signum, frame) -> None:
+    # Only the first one stops the demo: a second Ctrl-C while the first is being handled
+    # would cut the shutdown short and leave the children running.
+    _let_go_of_stop_signals()
     raise KeyboardInterrupt
+
+
+def _let_go_of_stop_signals() -> None:
+    # A handler that does nothing rather than SIG_IGN: a signal already on its way when the
+    # handler changes would otherwise be reported as "ignored due to race condition".
+    signal.signal(signal.SIGINT, _let_go)
+    signal.signal(signal.SIGTERM, _let_go)
+
+
+def _let_go(signum, frame) -> None:
+    pass
 
 
 def _listening(port: int) -> bool:

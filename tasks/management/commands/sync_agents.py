@@ -2,6 +2,9 @@
 updates whose pushes never arrived. Safe to run on a schedule: a second run changes
 nothing.
 
+An agent registered twice (`add_agent --again`) lists the same tasks to both registrations:
+each task is synced into the registration that holds it (or its context), never into both.
+
 One line per agent on stdout. Whatever an agent answers, every agent is synced: an agent that
 could not be synced, and each task of its list that could not be, gets a line on stderr
 naming the agent and what was wrong, and the command then exits with status 1."""
@@ -55,6 +58,9 @@ class Command(BaseCommand):
                 f"{name}: {report.listed} listed, {report.fetched} fetched, "
                 f"{report.applied} applied"
             )
+            if report.elsewhere:
+                # Not a failure: the agent is registered twice and the other one has them.
+                line += f", {report.elsewhere} left to its other registration"
             if report.skipped:
                 line += f", {len(report.skipped)} not synced"
             if report.errors:
