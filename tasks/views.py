@@ -171,7 +171,7 @@ def _activity(session: Session, query) -> dict:
 
 
 def _running(session: Session):
-    """The task "Cancel the running task" cancels: the newest one at work, not one queued
+    """The task "Cancel task" cancels: the newest one at work, not one queued
     behind it (a queued task is newer, and is not what a person sees running)."""
     unfinished = session.tasks.exclude(state__in=TERMINAL_STATES).order_by(
         "-status_received_at", "-id"
@@ -414,10 +414,21 @@ def session_url(session: Session) -> str:
     return reverse("session", args=[session.pk])
 
 
+CANCEL_UNCONFIRMED = (
+    "Nothing was cancelled: confirm it with the “Cancel task” button under "
+    "“Cancel this task?” (the form sends confirm=yes)."
+)
+
+
 @require_POST
 @api_login_required
 def cancel_task(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The session page's "Cancel task": only a confirmed post (`confirm=yes`, which only the
+    form behind "Cancel task…" carries) reaches the agent, so one press never stops its work."""
+
     def act():
+        if request.POST.get("confirm") != "yes":
+            raise answers.AnswerError(CANCEL_UNCONFIRMED)
         return "sent", answers.cancel(request.user, session_id, request.POST.get("task_id", ""))
 
     return _acted(request, session_id, act)

@@ -70,7 +70,9 @@ def test_a_message_starts_work_whose_updates_reach_onlooker_and_cancel_stops_it(
     composer_endpoint = PushEndpoint.objects.filter(agent=session.agent).latest("created_at")
     assert any(p["url"] == composer_endpoint.push_url for p in peer.pushes("answered"))
 
-    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id=second.task_id)
+    code, data = post(
+        alice, f"/sessions/{session.pk}/cancel/", task_id=second.task_id, confirm="yes"
+    )
     assert code == 200 and data["detail"] == "The agent says the task is now canceled."
     assert peer.get_task(second.task_id)["status"]["state"] == "TASK_STATE_CANCELED"
     second.refresh_from_db()
@@ -140,11 +142,33 @@ def test_cancel_reports_the_agents_answer_and_refuses_a_foreign_task(stub_sessio
     stub, session, _ = stub_session
     alice = person("alice", ops, approvers)
     stub.rpc_error(-32002, "Task cannot be canceled")
-    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="task-1")
+    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="task-1", confirm="yes")
     assert code == 502 and "cannot cancel this task" in data["detail"]
-    code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="someone-elses")
+    code, data = post(
+        alice, f"/sessions/{session.pk}/cancel/", task_id="someone-elses", confirm="yes"
+    )
     assert code == 400 and "names no task of this session" in data["detail"]
     assert [p["id"] for p in stub.calls("CancelTask")] == ["task-1"]
+
+
+def test_a_cancel_without_confirmation_changes_nothing_and_says_what_is_needed(
+    stub_session, ops, approvers
+):
+    stub, session, _ = stub_session
+    alice = person("alice", ops, approvers)
+    page = alice.get(f"/sessions/{session.pk}/").content.decode()
+    # Only the confirmation's form, behind "Cancel task…", carries confirm=yes.
+    confirmation = page[page.index("Cancel task…") :]
+    assert 'name="confirm" value="yes"' in confirmation and "Cancel this task?" in confirmation
+    for unconfirmed in ({}, {"confirm": ""}, {"confirm": "no"}):
+        code, data = post(alice, f"/sessions/{session.pk}/cancel/", task_id="task-1", **unconfirmed)
+        assert code == 400 and "Nothing was cancelled" in data["detail"]
+        assert "confirm" in data["detail"]
+    # A plain form post (no script): back to the page, which says the same.
+    response = alice.post(f"/sessions/{session.pk}/cancel/", {"task_id": "task-1"}, follow=True)
+    assert "Nothing was cancelled" in response.content.decode()
+    assert stub.calls("CancelTask") == []
+    assert session.tasks.get().state == "TASK_STATE_WORKING"
 
 
 def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, approvers):
@@ -152,10 +176,12 @@ def test_viewers_and_other_teams_cannot_message_or_cancel(stub_session, ops, app
     viewer = person("viewer", ops)
     page = viewer.get(f"/sessions/{session.pk}/").content.decode()
     assert "messaging its agent needs the approver role" in page
-    assert "Cancel the running task" not in page
+    assert "Cancel task" not in page
     form = {"text": "hi", "message_id": "0123456789ab"}
     assert post(viewer, f"/sessions/{session.pk}/messages/", **form)[0] == 403
-    assert post(viewer, f"/sessions/{session.pk}/cancel/", task_id="task-1")[0] == 403
+    assert (
+        post(viewer, f"/sessions/{session.pk}/cancel/", task_id="task-1", confirm="yes")[0] == 403
+    )
     outsider = person("mallory", approvers, Group.objects.create(name="finance"))
     assert post(outsider, f"/sessions/{session.pk}/messages/", **form)[0] == 404
     assert stub.requests == []

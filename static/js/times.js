@@ -1,7 +1,17 @@
-// Times that keep ticking: every <time data-ago datetime="…"> ("3 min ago") and every
-// <time data-waited-since datetime="…"> ("waiting 14 min": how long a question has waited
-// for a person). Reads exactly as the server's `ago` and `waiting` filters
-// (tasks/templatetags/onlooker.py) write, so the first tick changes nothing but the number.
+// Every <time datetime="…"> on a page, in the viewer's own time zone and language: the server
+// writes UTC (it cannot know the viewer's zone), this rewrites it where the person reads it.
+//
+// - Ticking times: <time data-ago> ("3 min ago") and <time data-waited-since> ("waiting
+//   14 min": how long a question has waited for a person). Read exactly as the server's `ago`
+//   and `waiting` filters (tasks/templatetags/onlooker.py) write, so the first tick changes
+//   nothing but the number.
+// - Every other <time>: a short local time, the time alone when it is today and the date and
+//   time otherwise; with data-seconds (the transcript) to the second. The end of a range
+//   (data-range-end) is short beside its start.
+// - Every <time> gets a title with the full local date, time and zone, for hovering.
+//
+// Fragments swapped in live (sidebar rows, tiles, the card, the activity) are localized as
+// they arrive: a MutationObserver sees them, whichever script swapped them in.
 
 function duration(seconds) {
   for (const [unit, size] of [["d", 86_400], ["h", 3_600], ["min", 60]]) {
@@ -28,12 +38,101 @@ const TICKING = [
   ["time[data-waited-since]", waiting],
 ];
 
+// Made once: a transcript has hundreds of times, and a formatter is costly to build.
+const FULL = new Intl.DateTimeFormat(undefined, {
+  weekday: "long",
+  year: "numeric",
+  month: "long",
+  day: "numeric",
+  hour: "numeric",
+  minute: "2-digit",
+  second: "2-digit",
+  timeZoneName: "short",
+});
+const TIME = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
+const TIME_SECONDS = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit", second: "2-digit" });
+const DATE_TIME = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" });
+const YEAR_DATE_TIME = new Intl.DateTimeFormat(undefined, {
+  year: "numeric",
+  month: "short",
+  day: "numeric",
+  hour: "numeric",
+  minute: "2-digit",
+});
+
+function localDay(date) {
+  return [date.getFullYear(), date.getMonth(), date.getDate()].join("-");
+}
+
+// The short form: what a person needs to place the moment, no more.
+export function shortTime(moment, { seconds = false, now = Date.now() } = {}) {
+  const date = new Date(moment);
+  const today = new Date(now);
+  if (localDay(date) === localDay(today)) return (seconds ? TIME_SECONDS : TIME).format(date);
+  return (date.getFullYear() === today.getFullYear() ? DATE_TIME : YEAR_DATE_TIME).format(date);
+}
+
+export function fullTime(moment) {
+  return FULL.format(new Date(moment));
+}
+
+function momentOf(element) {
+  const moment = Date.parse(element.getAttribute("datetime") || "");
+  return Number.isNaN(moment) ? null : moment;
+}
+
+// Writes only what differs: the MutationObserver below must not see endless changes, and a
+// screen reader should not hear a text replaced by the same text.
+function show(element, text, title) {
+  if (element.textContent !== text) element.textContent = text;
+  if (element.title !== title) element.title = title;
+}
+
+// The end of a range ("10:01–10:07", data-range-end) on the same day as its start (the
+// <time> before it) needs no date of its own.
+function rangeStart(element) {
+  if (!element.hasAttribute("data-range-end")) return null;
+  const start = element.previousElementSibling;
+  return start?.matches("time[datetime]") ? momentOf(start) : null;
+}
+
+function localize(element, now) {
+  const moment = momentOf(element);
+  if (moment === null) return;
+  const ticking = TICKING.find(([selector]) => element.matches(selector));
+  const seconds = element.hasAttribute("data-seconds");
+  const start = rangeStart(element);
+  let text;
+  if (ticking) text = ticking[1](moment, now);
+  else if (start !== null) text = shortTime(moment, { seconds, now: start });
+  else text = shortTime(moment, { seconds, now });
+  show(element, text, fullTime(moment));
+}
+
+function timesIn(root) {
+  if (root.nodeType !== Node.ELEMENT_NODE && root.nodeType !== Node.DOCUMENT_NODE) return [];
+  const found = [...root.querySelectorAll("time[datetime]")];
+  if (root.matches?.("time[datetime]")) found.push(root);
+  return found;
+}
+
+// All the page's times: the ticking ones move on, the others change only when the day does.
 export function tickTimes(root = document) {
   const now = Date.now();
-  for (const [selector, words] of TICKING) {
-    for (const element of root.querySelectorAll(selector)) {
-      const moment = Date.parse(element.getAttribute("datetime") || "");
-      if (!Number.isNaN(moment)) element.textContent = words(moment, now);
+  for (const element of timesIn(root)) localize(element, now);
+}
+
+const observer = new MutationObserver((records) => {
+  const now = Date.now();
+  for (const record of records) {
+    for (const node of record.addedNodes) {
+      for (const element of timesIn(node)) localize(element, now);
     }
   }
+});
+observer.observe(document.documentElement, { childList: true, subtree: true });
+
+for (const name of ["onlooker:changed", "onlooker:refetched"]) {
+  document.addEventListener(name, () => tickTimes());
 }
+tickTimes();
