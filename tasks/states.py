@@ -40,10 +40,9 @@ _ASKS = {
     "approval": Shown("Needs approval", WARN, asks=True),
     "connection": Shown("Needs a connection", WARN, asks=True),
     "question": Shown("Needs an answer", WARN, asks=True),
-    "text": Shown("Needs an answer", WARN, asks=True),
 }
-# An interrupted state whose open interaction Onlooker does not know (yet): what the state
-# itself asks for.
+# An interrupted state whose open interaction does not say what it asks (a core agent's plain
+# text, or none known yet): what the state itself asks for.
 _INTERRUPTED = {
     TaskState.INPUT_REQUIRED: _ASKS["question"],
     TaskState.AUTH_REQUIRED: _ASKS["connection"],
