@@ -19,7 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from tasks import states
+from tasks import models, states
 from tasks.models import Agent, Card, Session, SessionView
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ PARTIALS = {
 
 # What else the fragments are made of: a partial the card includes, and the Python that
 # puts the state and steps into words. A change to any of them is a change of markup.
-SOURCES = ("templates/tasks/_card_step.html", "tasks/states.py", "tasks/models.py")
+INCLUDED = ("tasks/_card_step.html",)
 
 
 @functools.cache
@@ -42,11 +42,11 @@ def version() -> str:
     """Names the partials' source (and the code that words them): a deploy that changes
     either renders afresh, so sessions stored before it show the new markup on read."""
     digest = hashlib.sha256()
-    base = Path(settings.BASE_DIR)
-    for name in sorted(PARTIALS.values()):
-        digest.update((base / "templates" / name).read_bytes())
-    for name in SOURCES:
-        digest.update((base / name).read_bytes())
+    folder = Path(settings.BASE_DIR) / "templates"
+    for name in [*sorted(PARTIALS.values()), *INCLUDED]:
+        digest.update((folder / name).read_bytes())
+    for module in (states, models):
+        digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 
 

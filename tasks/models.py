@@ -239,6 +239,13 @@ class Task(models.Model):
         return self.state in TERMINAL_STATES
 
     @property
+    def shown_state(self):
+        """This turn's state in people's words (tasks/states.py)."""
+        from tasks import states
+
+        return states.shown(self.state)
+
+    @property
     def shown_timestamp(self):
         return self.status_timestamp or self.status_received_at
 

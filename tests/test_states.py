@@ -177,6 +177,29 @@ def test_a_session_whose_new_task_ends_while_an_approval_waits_is_not_shown_fini
     assert_finished_and_quiet(viewer, "Cancelled", "neutral")
 
 
+def test_sessions_stored_shown_finished_while_a_question_waits_are_set_right(team, viewer):
+    """What older versions left behind: the newest turn's state beside an older turn's open
+    question."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    asking = approval("i-1", "Ship v2?")
+    send(team, status("AUTH_REQUIRED", task="t-1", at=1, metadata=asking))
+    send(team, status("COMPLETED", task="t-2", at=9, text="Logs read"))
+    Session.objects.update(state="TASK_STATE_COMPLETED")
+    card = Card.objects.get()
+    Card.objects.update(facts={**card.facts, "state": "TASK_STATE_COMPLETED"})
+
+    import_module("tasks.migrations.0012_session_state_from_waiting_task").derive(apps, None)
+
+    assert Session.objects.get().state == "TASK_STATE_AUTH_REQUIRED"
+    assert Card.objects.get().revision == card.revision + 1
+    assert not SessionView.objects.exists()
+    for place, html in places(viewer).items():
+        assert pill("Needs approval", "warn").search(html), f"{place}: {html}"
+
+
 def test_a_completed_session_after_an_answered_approval_never_says_needs_you_or_waiting(
     agent_stub, ops, approvers, viewer
 ):
@@ -247,6 +270,7 @@ def test_unfinished_steps_of_a_failed_session_are_marked_unfinished(team, viewer
     assert "in progress" not in card and "waiting for approval" not in card
     assert "plan-finished" in card
     assert "1 of 3 steps done" in card
+    assert '<span class="summary-step">1 of 3 steps done</span>' in places(viewer)["summary"]
 
 
 # -- what the card says ------------------------------------------------------------------------
