@@ -22,7 +22,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from tasks import fragments
+from tasks import fragments, states
 from tasks.models import Session
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,8 @@ def snapshot(session: Session, stored: fragments.Stored | None = None) -> dict:
         "revision": card.revision if card else 0,
         "hasCard": card is not None and not card.is_cleared,
         "state": session.state,
-        "stateLabel": session.get_state_display(),
+        # In the words the pages show: screen readers announce it.
+        "stateLabel": states.of_session(session.state, card.facts if card else None).words,
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
         "html": stored.html if stored else fragments.of(session),

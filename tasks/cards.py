@@ -494,10 +494,12 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         prompt = cut(strip_invisible(question.prompt), MAX_QUESTION_CHARS)
         facts["question"] = {"kind": question.kind, "prompt": prompt}
     elif session.state in INTERRUPTED_STATES:
-        # Answered in Onlooker, and the agent has not gone on yet: say who answered.
+        # Answered in Onlooker, and the agent has not gone on yet: say who answered. Only
+        # while the task it asked in still waits: a task that went on closed that chapter.
         answered = (
             Interaction.objects.filter(
                 task__session=session,
+                task__state__in=INTERRUPTED_STATES,
                 state__in=[
                     Interaction.State.ANSWERING,
                     Interaction.State.SENT,

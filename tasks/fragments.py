@@ -19,6 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from tasks import models, states
 from tasks.models import Agent, Card, Session, SessionView
 
 log = logging.getLogger(__name__)
@@ -31,23 +32,44 @@ PARTIALS = {
 }
 
 
+# What else the fragments are made of: a partial the card includes, and the Python that
+# puts the state and steps into words. A change to any of them is a change of markup.
+INCLUDED = ("tasks/_card_step.html",)
+
+
 @functools.cache
 def version() -> str:
-    """Names the partials' source: a deploy that changes a partial renders afresh."""
+    """Names the partials' source (and the code that words them): a deploy that changes
+    either renders afresh, so sessions stored before it show the new markup on read."""
     digest = hashlib.sha256()
     folder = Path(settings.BASE_DIR) / "templates"
-    for name in sorted(PARTIALS.values()):
+    for name in [*sorted(PARTIALS.values()), *INCLUDED]:
         digest.update((folder / name).read_bytes())
+    for module in (states, models):
+        digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 
 
+def _context(session: Session, card: Card | None) -> dict:
+    # The state in words from the card read just now, never a card the session object may
+    # hold from before the change.
+    facts = card.facts if card is not None else None
+    return {"session": session, "card": card, "state": states.of_session(session.state, facts)}
+
+
+def _tile_card(context: dict) -> str:
+    """The card as a tile shows it: the steps around the current one, not the whole plan."""
+    return render_to_string(PARTIALS["card"], {**context, "in_tile": True})
+
+
 def render(session: Session, card: Card | None) -> dict[str, str]:
-    context = {"session": session, "card": card}
+    context = _context(session, card)
     html = {"card": render_to_string(PARTIALS["card"], context)}
-    context["card_html"] = html["card"]  # the tile shows the same card: render it once
-    for key in ("summary", "sidebar", "tile"):
+    tile = {**context, "card_html": _tile_card(context)}
+    html["tile"] = render_to_string(PARTIALS["tile"], tile)
+    for key in ("summary", "sidebar"):
         html[key] = render_to_string(PARTIALS[key], context)
-    return html
+    return {key: html[key] for key in PARTIALS}
 
 
 @dataclass(frozen=True)
@@ -92,7 +114,7 @@ def one(session: Session, key: str) -> str:
     view = getattr(session, "view", None)  # a missing one-to-one row reads as None here
     if view is not None and view.version == version():
         return getattr(view, key)
-    context = {"session": session, "card": getattr(session, "card", None)}
+    context = _context(session, getattr(session, "card", None))
     if key == "tile":
-        context["card_html"] = render_to_string(PARTIALS["card"], context)
+        context["card_html"] = _tile_card(context)
     return render_to_string(PARTIALS[key], context)

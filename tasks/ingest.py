@@ -247,9 +247,7 @@ class _Applier:
         session = self.session
         # The newest tasks (turns) hold everything the session and its card show.
         tasks = cards.recent_tasks(session)
-        if tasks:
-            session.state = tasks[0].state
-        session.derive_needs_human()
+        session.derive_state(tasks)
         session.updated_at = self.now
         session.save(update_fields=["state", "needs_human", "updated_at", "title"])
         written = cards.from_session(session, tasks)

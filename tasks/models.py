@@ -174,6 +174,33 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title or self.context_id
 
+    def derive_state(self, tasks: list[Task]) -> None:
+        """The session's state and whether it needs a person, from its tasks (`tasks`: its
+        newest, newest first). The state is the newest task's, unless a person is asked
+        something in an older one: that task's state then, so a session is never shown done
+        (or working) while a question in it waits, and a finished session never needs you."""
+        self.derive_needs_human()
+        waiting = None
+        if self.needs_human:
+            waiting = (
+                Interaction.objects.filter(task__session=self, state=Interaction.State.OPEN)
+                .select_related("task")
+                .order_by("-opened_at", "-id")
+                .first()
+            )
+        if waiting is not None:
+            self.state = waiting.task.state
+        elif tasks:
+            self.state = tasks[0].state
+
+    @property
+    def shown_state(self):
+        """The state in people's words (tasks/states.py), with what the card says it asks."""
+        from tasks import states
+
+        card = getattr(self, "card", None)
+        return states.of_session(self.state, card.facts if card is not None else None)
+
     def derive_needs_human(self) -> None:
         """A session needs a person exactly while one of its interactions is open. Every
         writer of interactions calls this (under the session's row lock) before saving the
@@ -210,6 +237,13 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def shown_state(self):
+        """This turn's state in people's words (tasks/states.py)."""
+        from tasks import states
+
+        return states.shown(self.state)
 
     @property
     def shown_timestamp(self):
@@ -509,6 +543,16 @@ class SessionView(models.Model):
         return f"fragments of {self.session} (rev {self.revision})"
 
 
+STEP_WORDS = {
+    "completed": "done",
+    "in_progress": "in progress",
+    "pending": "to do",
+    "failed": "failed",
+    "skipped": "skipped",
+    "unfinished": "unfinished",
+}
+
+
 class Card(models.Model):
     """A session's progress card. Written only by `cards.py`; `html` is the sanitized
     rendering of `markdown`, made once at write time. A cleared card stays as a tombstone
@@ -546,17 +590,30 @@ class Card(models.Model):
 
     # What the card partial shows beside plan and note (facts are written by cards.py).
     @property
-    def state_label(self) -> str:
-        state = (self.facts or {}).get("state", "")
-        return TaskState(state).label if state in TaskState.values else ""
+    def shown_state(self):
+        """The state in people's words (tasks/states.py)."""
+        from tasks import states
+
+        return states.of_facts(self.facts)
+
+    @property
+    def finished(self) -> bool:
+        return self.shown_state.finished
 
     @property
     def question(self) -> dict | None:
-        return (self.facts or {}).get("question")
+        # A finished session asks nothing, whatever an older version stored beside it.
+        return None if self.finished else (self.facts or {}).get("question")
 
     @property
     def uncertain(self) -> list[str]:
         return (self.facts or {}).get("uncertain", [])
+
+    @property
+    def uncertain_lines(self) -> list[str]:
+        from tasks import states
+
+        return [states.uncertain_words(effect) for effect in self.uncertain]
 
     @property
     def telemetry(self) -> dict | None:
@@ -564,7 +621,62 @@ class Card(models.Model):
 
     @property
     def answer(self) -> dict | None:
-        return (self.facts or {}).get("answer")
+        """Who answered, while the agent has not gone on: never once the session ended."""
+        return None if self.finished else (self.facts or {}).get("answer")
+
+    @property
+    def steps(self) -> list[dict]:
+        """The plan as shown: each step with its status in words. Once the session ended,
+        a step still pending or in progress will not be done: it is marked unfinished, and
+        its note (said while it was going, "waiting for approval") is dropped."""
+        finished = self.finished
+        shown = []
+        for position, step in enumerate(self.plan or [], start=1):
+            status = step["status"]
+            note = step.get("note", "")
+            if finished and status in ("pending", "in_progress"):
+                status, note = "unfinished", ""
+            shown.append(
+                {
+                    "position": position,
+                    "step": step["step"],
+                    "note": note,
+                    "status": status,
+                    "words": STEP_WORDS.get(status, status),
+                }
+            )
+        return shown
+
+    # At most this many steps on a monitoring tile: the one going on and those around it;
+    # the session page shows them all.
+    TILE_STEPS = 5
+
+    @property
+    def tile_steps(self) -> list[dict]:
+        steps = self.steps
+        if len(steps) <= self.TILE_STEPS:
+            return steps
+        current = self.current_step
+        middle = current["position"] - 1 if current else 0
+        start = max(0, min(middle - self.TILE_STEPS // 2, len(steps) - self.TILE_STEPS))
+        return steps[start : start + self.TILE_STEPS]
+
+    @property
+    def hidden_tile_steps(self) -> int:
+        return len(self.plan or []) - len(self.tile_steps)
+
+    @property
+    def step_count(self) -> str:
+        """ "Step 2 of 5", from the plan (never from the agent's note); once the session
+        ended, how many steps were done: "3 of 5 steps done"."""
+        plan = self.plan or []
+        if not plan:
+            return ""
+        if self.finished:
+            done = sum(step["status"] == "completed" for step in plan)
+            return f"{done} of {len(plan)} step{'s' if len(plan) != 1 else ''} done"
+        current = self.current_step
+        return f"Step {current['position']} of {current['total']}"
 
     @property
     def current_step(self) -> dict | None:

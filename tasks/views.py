@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, broadcast, fragments, message_parts
+from tasks import activity, answers, board, broadcast, fragments, message_parts, states
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 
@@ -82,7 +82,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "total": total,
         "counts": board.counts(request.user),
         "agents": Agent.objects.visible_to(request.user).order_by("name"),
-        "states": TaskState.choices,
+        "states": states.filter_choices(),
         "filters": filters,
         "wall": request.GET.get("display") == "wall",
         "sidebar": board.sidebar(request.user),

@@ -75,7 +75,7 @@ def test_push_then_card_api_then_push_the_latest_write_wins_and_says_so(client, 
     shown = shown_card(client, alice)
     assert "Written by the API" in shown and "From the agent" not in shown
     assert "Written through the card API" in shown and "<time datetime=" in shown
-    assert ">working</span>" in shown  # the session's state stays beside the API's note
+    assert ">Working</span>" in shown  # the session's state stays beside the API's note
 
     # Pushes that bring no new plan or note leave the API's write in place.
     send(client, both_ways, artifact("log", "line", last_chunk=True))

@@ -81,7 +81,7 @@ def test_team_member_hears_a_push_with_fragments_and_revision(alice, ops):
     assert set(message["html"]) == {"card", "summary", "sidebar", "tile"}
     assert (message["title"], message["stateLabel"], message["hasCard"]) == (
         session.context_id,
-        "working",
+        "Working",
         True,
     )
     assert f'data-session="{session.pk}" data-revision="1"' in message["html"]["card"]

@@ -1,4 +1,4 @@
-"""The "needs you" flag is true exactly while a question is open: answering clears it, the
+"""The "needs a person" flag is true exactly while a question is open: answering clears it, the
 agent's next status keeps it clear, and asking again sets it again. The screens sort and count
 by it."""
 
@@ -38,13 +38,14 @@ def test_answering_clears_needs_you(waiting, ops, approvers):
     alice = person("alice", ops, approvers)
     assert Session.objects.get().needs_human
     assert board(alice)["counts"]["waiting"] == 1
-    assert "needs you" in board(alice)["sidebar"]
+    assert "Needs approval" in board(alice)["sidebar"]
 
     assert answer(alice, interaction, decision="approve")[0] == 200
 
     assert not Session.objects.get().needs_human
     assert board(alice)["counts"]["waiting"] == 0
-    assert "needs you" not in board(alice)["sidebar"]
+    assert "Needs approval" not in board(alice)["sidebar"]
+    assert "Answer sent" in board(alice)["sidebar"]
 
 
 def test_a_session_that_completes_after_an_answer_is_not_waiting(waiting, ops, approvers):
@@ -58,7 +59,7 @@ def test_a_session_that_completes_after_an_answer_is_not_waiting(waiting, ops, a
     assert session.state == "TASK_STATE_COMPLETED"
     assert not session.needs_human
     assert board(alice)["counts"]["waiting"] == 0
-    assert "needs you" not in board(alice)["sidebar"]
+    assert "Needs" not in board(alice)["sidebar"] and "Done" in board(alice)["sidebar"]
 
 
 def test_asking_again_after_an_answer_needs_you_again(waiting, ops, approvers):

@@ -207,7 +207,7 @@ def test_collapsed_card_names_the_current_step(client, alice, ops):
     send(client, team, status("WORKING", at=1, metadata=plan))
     client.force_login(alice)
     page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
-    assert '<span class="summary-step">2/3 · Test</span>' in page
+    assert '<span class="summary-step">Step 2 of 3 · Test</span>' in page
 
 
 @time_machine.travel(NOW, tick=False)

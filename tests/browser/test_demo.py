@@ -87,7 +87,7 @@ def test_the_demo_shows_a_real_agent_at_work_and_an_answer_finishes_it(
 
         card = page.locator("[data-live-card]:visible article")
         expect(card).to_contain_text("Cost $", timeout=60_000)  # telemetry/v1 at the end
-        expect(page.locator("[data-session-state]")).to_have_text("completed")
+        expect(page.locator("[data-session-state]")).to_have_text("Done")
         context.close()
     finally:
         code = demo.interrupt()

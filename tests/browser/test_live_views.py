@@ -122,7 +122,7 @@ def test_push_reorders_the_overview_and_updates_the_tab_title(
     expect(tile).to_contain_text("Which branch?")
     # Told to screen readers too, not only shown.
     expect(page.locator("[data-live-announce]")).to_have_text(
-        "older: input required, needs a person"
+        "older: needs an answer, needs a person"
     )
     expect_not_reloaded(page)
 

@@ -1,0 +1,108 @@
+"""A session's state in the words people use, with the tone its pill is drawn in. The one
+place that turns A2A states into words: the card, its collapsed line, the sidebar row, the
+tile, the session page, the live message's announcement and the state filter all ask here.
+
+An interrupted state says what the person is asked for (the open interaction's kind), or that
+their answer went and the agent has not gone on yet. A finished state never says a person is
+needed: a session is only shown as finished once nothing in it waits for anyone (ingest
+derives its state so). The JSON API keeps the A2A values; only what people read changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.models import INTERRUPTED_STATES, TaskState
+
+# Pill tones, styled by `.pill-<tone>` in onlooker.css: colour always comes with the words.
+OK, WARN, DANGER, INFO, NEUTRAL = "ok", "warn", "danger", "info", "neutral"
+
+
+@dataclass(frozen=True)
+class Shown:
+    words: str
+    tone: str
+    # A person is asked for something right now.
+    asks: bool = False
+    # The session will not move again: waiting lines and unfinished steps are over.
+    finished: bool = False
+
+
+_PLAIN = {
+    TaskState.SUBMITTED: Shown("Queued", NEUTRAL),
+    TaskState.WORKING: Shown("Working", INFO),
+    TaskState.COMPLETED: Shown("Done", OK, finished=True),
+    TaskState.FAILED: Shown("Failed", DANGER, finished=True),
+    TaskState.REJECTED: Shown("Rejected", DANGER, finished=True),
+    TaskState.CANCELED: Shown("Cancelled", NEUTRAL, finished=True),
+}
+_ASKS = {
+    "approval": Shown("Needs approval", WARN, asks=True),
+    "connection": Shown("Needs a connection", WARN, asks=True),
+    "question": Shown("Needs an answer", WARN, asks=True),
+}
+# An interrupted state whose open interaction does not say what it asks (a core agent's plain
+# text, or none known yet): what the state itself asks for.
+_INTERRUPTED = {
+    TaskState.INPUT_REQUIRED: _ASKS["question"],
+    TaskState.AUTH_REQUIRED: _ASKS["connection"],
+}
+ANSWER_SENT = Shown("Answer sent", INFO)
+NO_STATE = Shown("No state yet", NEUTRAL)
+
+
+def shown(state: str, *, asking: str | None = None, answered: bool = False) -> Shown:
+    """`state` (an A2A value, or "" for none yet) in words. `asking` is the kind of the open
+    interaction, if one is open; `answered` says a person's answer went and the agent has
+    not gone on yet."""
+    if state in _PLAIN:
+        return _PLAIN[state]
+    if state in INTERRUPTED_STATES:
+        if asking is not None:
+            return _ASKS.get(asking, _INTERRUPTED[state])
+        if answered:
+            return ANSWER_SENT
+        return _INTERRUPTED[state]
+    return NO_STATE
+
+
+def of_facts(facts: dict | None) -> Shown:
+    """A state from a card's facts (cards.from_session writes them): its state, the open
+    question's kind, whether an answer went."""
+    facts = facts or {}
+    question = facts.get("question") or {}
+    return shown(
+        facts.get("state", ""),
+        asking=question.get("kind") if isinstance(question, dict) else None,
+        answered=bool(facts.get("answer")),
+    )
+
+
+def of_session(state: str, facts: dict | None) -> Shown:
+    """A session's state, with what its card says it asks when the card was derived from
+    this very state (a card read before a change must not word the state after it)."""
+    if facts and facts.get("state", "") == state:
+        return of_facts(facts)
+    return shown(state)
+
+
+def filter_choices() -> list[tuple[str, str]]:
+    """The state filter's options: each A2A value in the words its sessions are shown with
+    (an interrupted state by what it asks for most often)."""
+    words = {
+        TaskState.INPUT_REQUIRED: "Needs an answer",
+        TaskState.AUTH_REQUIRED: "Needs approval or a connection",
+    }
+    return [(value, words.get(value) or shown(value).words) for value in TaskState.values]
+
+
+def uncertain_words(effect: str) -> str:
+    """An effect whose outcome was lost (effects/v1), as people say it: "upload:report.pdf"
+    reads "Upload of report.pdf unconfirmed". The id is the agent's: an id without a
+    `verb:target` shape is named as it is."""
+    verb, _, target = effect.partition(":")
+    verb = " ".join(verb.replace("_", " ").replace("-", " ").split())
+    target = target.strip()
+    if verb and target:
+        return f"{verb[:1].upper()}{verb[1:]} of {target} unconfirmed"
+    return f"Outcome of “{effect.strip()}” unconfirmed"
