@@ -34,5 +34,5 @@ def derive(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("tasks", "0011_card_sources_and_artifact_chunks")]
+    dependencies = [("tasks", "0012_dismiss_forgotten_questions")]
     operations = [migrations.RunPython(derive, migrations.RunPython.noop)]
