@@ -191,7 +191,7 @@ def test_sessions_stored_shown_finished_while_a_question_waits_are_set_right(tea
     card = Card.objects.get()
     Card.objects.update(facts={**card.facts, "state": "TASK_STATE_COMPLETED"})
 
-    import_module("tasks.migrations.0012_session_state_from_waiting_task").derive(apps, None)
+    import_module("tasks.migrations.0013_session_state_from_waiting_task").derive(apps, None)
 
     assert Session.objects.get().state == "TASK_STATE_AUTH_REQUIRED"
     assert Card.objects.get().revision == card.revision + 1
