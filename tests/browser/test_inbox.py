@@ -61,6 +61,29 @@ def test_approving_from_a_row_shows_sending_then_the_row_leaves_and_the_tile_is_
         page.context.close()
 
 
+def test_an_answer_the_agent_did_not_confirm_stays_in_the_list_with_its_retry(
+    browser, server, slow_agent, ops, approvers
+):
+    session = waiting_session(server, slow_agent, ops)
+    slow_agent.hang_up(after=0.5)  # took the request, never replied
+    page = open_as(browser, member("alice", ops, approvers), server, "/")
+    try:
+        row = row_of(page, session)
+        row.locator('button[value="approve"]').click()
+        expect(row.locator("[data-answer-sending]")).to_be_visible()
+        expect(row.locator("button")).to_have_text(["Retry sending Approve"], timeout=10_000)
+        expect(row).to_contain_text("the agent has not confirmed yet")
+        expect(row.locator("[data-answer-sending]")).to_be_hidden()
+
+        slow_agent.answer(ACCEPTED)
+        row.locator("button").click()
+        expect(row).to_have_count(0, timeout=10_000)
+        first, second = sent_messages(slow_agent)
+        assert first["messageId"] == second["messageId"]
+    finally:
+        page.context.close()
+
+
 def test_a_viewer_who_may_not_answer_sees_needs_an_approver_and_no_buttons(
     browser, server, slow_agent, ops
 ):
