@@ -58,8 +58,8 @@ function leaveList(row, detail) {
   if (announcer) announcer.textContent = title ? `${title}: ${detail}` : detail;
 }
 
-function answered(form) {
-  document.dispatchEvent(new CustomEvent("onlooker:answered", { detail: { form } }));
+function answered() {
+  document.dispatchEvent(new CustomEvent("onlooker:answered"));
 }
 
 async function submit(form, submitter) {
@@ -77,7 +77,7 @@ async function submit(form, submitter) {
     if (response.ok) {
       if (row) {
         leaveList(row, answer.detail);
-        answered(form);
+        answered();
         return;
       }
       const done = document.createElement("p");
@@ -93,7 +93,7 @@ async function submit(form, submitter) {
     error.textContent = answer.detail || `Onlooker answered HTTP ${response.status}.`;
     // Someone else answered, or the agent did not confirm: the list shows what holds now
     // (for an unconfirmed answer, its retry).
-    if (row && (response.status === 409 || response.status === 502)) answered(form);
+    if (row && (response.status === 409 || response.status === 502)) answered();
     if (response.status === 409 || response.status === 403) return; // buttons stay off
   } catch {
     sending(form, false);
