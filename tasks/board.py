@@ -32,18 +32,27 @@ class Filters:
         agent, state = query.get("agent", ""), query.get("state", "")
         return cls(agent if agent.isdigit() else "", state if state in TaskState.values else "")
 
-    def apply(self, sessions: QuerySet[Session]) -> QuerySet[Session]:
+    @property
+    def active(self) -> bool:
+        return bool(self.agent or self.state)
+
+    def apply(self, rows: QuerySet, to: str = "") -> QuerySet:
+        """Filter sessions, or rows reaching their session through `to` (e.g. "task__session__")."""
         if self.agent:
-            sessions = sessions.filter(agent_id=int(self.agent))
+            rows = rows.filter(**{f"{to}agent_id": int(self.agent)})
         if self.state:
-            sessions = sessions.filter(state=self.state)
-        return sessions
+            rows = rows.filter(**{f"{to}state": self.state})
+        return rows
 
 
-def counts(user) -> dict[str, int]:
-    """Waiting for a human, working, failed today: over everything the user may see."""
+NO_FILTERS = Filters()
+
+
+def counts(user, filters: Filters = NO_FILTERS) -> dict[str, int]:
+    """Waiting for a human, working, failed today: over everything the user may see that
+    the filters let through, so the line above a filtered screen describes that screen."""
     today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
-    return Session.objects.visible_to(user).aggregate(
+    return filters.apply(Session.objects.visible_to(user)).aggregate(
         waiting=Count("pk", filter=Q(needs_human=True)),
         working=Count("pk", filter=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING])),
         failed_today=Count("pk", filter=Q(state=TaskState.FAILED, updated_at__gte=today)),
@@ -60,9 +69,14 @@ def sidebar(user) -> list[str]:
     return [fragments.one(s, "sidebar") for s in attention_order(visible)[:SIDEBAR_LIMIT]]
 
 
-def tiles(user, filters: Filters) -> tuple[list[str], int]:
-    """The monitoring screen's tiles, as stored HTML, and how many sessions match in all."""
+def tiles(user, filters: Filters, *, include_waiting: bool = True) -> tuple[list[str], int]:
+    """The monitoring screen's tiles, as stored HTML, and how many sessions match in all.
+    Without `include_waiting`, sessions that need a person are left out: the screen lists
+    them above the tiles (`waiting`), and one session shown twice pushes the tiles below
+    the fold."""
     shown = filters.apply(Session.objects.visible_to(user))
+    if not include_waiting:
+        shown = shown.filter(needs_human=False)
     chosen = attention_order(_with_fragments(shown))[:OVERVIEW_LIMIT]
     return [fragments.one(s, "tile") for s in chosen], shown.count()
 
@@ -70,11 +84,18 @@ def tiles(user, filters: Filters) -> tuple[list[str], int]:
 WAITING_LIMIT = 20
 
 
-def waiting(user) -> list[Interaction]:
-    """The open questions of every session the user may see, oldest first: who has waited
-    longest is answered first. Each within the page's budget (activity.questions)."""
+def anything_visible(user) -> bool:
+    """Whether the person may see any session at all (else the screen says how to add one)."""
+    return Session.objects.visible_to(user).exists()
+
+
+def waiting(user, filters: Filters = NO_FILTERS) -> list[Interaction]:
+    """The open questions of every session the user may see that the filters let through,
+    oldest first: who has waited longest is answered first. Each within the page's budget
+    (activity.questions)."""
+    rows = filters.apply(Interaction.objects.all(), to="task__session__")
     return activity.questions(
-        Interaction.objects.filter(
+        rows.filter(
             state__in=[
                 Interaction.State.OPEN,
                 Interaction.State.ANSWERING,

@@ -73,21 +73,26 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    """The team monitoring screen: every visible session as its card, those waiting for a
-    human first. Filters live in the URL so a wall screen can be bookmarked."""
+    """The team monitoring screen: what waits for a person as one list on top, then every
+    other visible session as its card. Filters live in the URL so a wall screen can be
+    bookmarked; they apply to the list, the tiles and the counts alike."""
     filters = board.Filters.from_query(request.GET)
-    tiles, total = board.tiles(request.user, filters)
+    wall = request.GET.get("display") == "wall"
+    # The wall has no list: there a waiting session stays a tile.
+    tiles, total = board.tiles(request.user, filters, include_waiting=wall)
+    waiting = [] if wall else board.waiting(request.user, filters)
     context = {
         "tiles": tiles,
         "total": total,
-        "counts": board.counts(request.user),
+        "counts": board.counts(request.user, filters),
         "agents": Agent.objects.visible_to(request.user).order_by("name"),
         "states": states.filter_choices(),
         "filters": filters,
-        "wall": request.GET.get("display") == "wall",
+        "wall": wall,
         "sidebar": board.sidebar(request.user),
         "message_id": uuid.uuid4().hex,
-        "waiting": board.waiting(request.user),
+        "waiting": waiting,
+        "nothing_visible": not tiles and not waiting and not board.anything_visible(request.user),
     }
     return render(request, "tasks/overview.html", context)
 
@@ -95,16 +100,22 @@ def overview(request: HttpRequest) -> HttpResponse:
 @require_GET
 @api_login_required
 def live_board(request: HttpRequest) -> JsonResponse:
-    """What a (re)connecting page refetches: the counts, the sidebar rows and, with
-    `?tiles=1`, the monitoring screen's tiles for the filters given, and with `?waiting=1` its
-    open questions, rendered with the same partials as the pages."""
-    data = {"counts": board.counts(request.user), "sidebar": "".join(board.sidebar(request.user))}
+    """What a (re)connecting page refetches: the counts (for the filters given), the sidebar
+    rows and, with `?tiles=1`, the monitoring screen's tiles for those filters, and with
+    `?waiting=1` its list of what waits for a person (then the tiles leave those sessions
+    out, as the page does), rendered with the same partials as the pages."""
+    filters = board.Filters.from_query(request.GET)
+    with_waiting = bool(request.GET.get("waiting"))
+    data = {
+        "counts": board.counts(request.user, filters),
+        "sidebar": "".join(board.sidebar(request.user)),
+    }
     if request.GET.get("tiles"):
-        tiles, total = board.tiles(request.user, board.Filters.from_query(request.GET))
+        tiles, total = board.tiles(request.user, filters, include_waiting=not with_waiting)
         data["tiles"] = "".join(tiles)
         data["total"] = total
-    if request.GET.get("waiting"):  # per person: the forms depend on their permission
-        waiting = {"waiting": board.waiting(request.user)}
+    if with_waiting:  # per person: the forms depend on their permission
+        waiting = {"waiting": board.waiting(request.user, filters)}
         data["waiting"] = render_to_string("tasks/_waiting.html", waiting, request=request)
     return JsonResponse(data)
 

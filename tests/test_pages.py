@@ -29,7 +29,7 @@ def test_overview_needs_login(client, db):
     assert client.get("/").status_code == 302
 
 
-def test_overview_shows_visible_sessions_waiting_ones_first(client, alice, ops):
+def test_overview_lists_waiting_sessions_above_and_the_rest_as_tiles(client, alice, ops):
     team = make_agent(team=ops, name="Ops agent")
     hidden = make_agent(team=Group.objects.create(name="finance"), name="Finance agent")
     send(
@@ -42,10 +42,15 @@ def test_overview_shows_visible_sessions_waiting_ones_first(client, alice, ops):
     client.force_login(alice)
     page = client.get("/").content.decode()
     by_context = {s.context_id: s.pk for s in Session.objects.all()}
-    assert tile_order(page) == [by_context["waiting"], by_context["busy"]]
+    assert tile_order(page) == [by_context["busy"]]
+    assert f'data-waiting-session="{by_context["waiting"]}"' in page
     assert "secret" not in page
-    assert "Approval needed:</strong> Deploy?" in page
+    assert "Approval</strong>: Deploy?" in page
     assert f'data-sidebar-session="{by_context["waiting"]}"' in page
+    # The wall has no list: there the waiting session is a tile, first.
+    wall = client.get("/?display=wall").content.decode()
+    assert tile_order(wall) == [by_context["waiting"], by_context["busy"]]
+    assert "Approval needed:</strong> Deploy?" in wall
 
 
 def test_counts_and_tab_title_tell_who_is_waiting(client, alice, ops):
@@ -146,7 +151,7 @@ def test_board_endpoint_sends_counts_rows_and_filtered_tiles_to_the_team_only(
 
     client.force_login(alice)
     board = client.get("/live/board/?tiles=1&state=TASK_STATE_WORKING").json()
-    assert board["counts"] == {"waiting": 1, "working": 1, "failed_today": 0}
+    assert board["counts"] == {"waiting": 0, "working": 1, "failed_today": 0}  # filtered
     rows = re.findall(r'data-sidebar-session="(\d+)"', board["sidebar"])
     assert rows == [str(waiting.pk), str(working.pk)]
     assert tile_order(board["tiles"]) == [working.pk] and board["total"] == 1

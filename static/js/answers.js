@@ -33,15 +33,53 @@ function errorLine(form) {
   return line;
 }
 
+// "Sending…" while the answer is on its way: the buttons are off and the line says so.
+function sending(form, on) {
+  const line = form.querySelector("[data-answer-sending]");
+  if (line) line.hidden = !on;
+  const row = form.closest("[data-inbox-row]");
+  if (!row) return;
+  if (on) row.dataset.sending = "";
+  else delete row.dataset.sending;
+}
+
+// The monitoring screen's list: a confirmed answer takes its row away (wherever a refresh
+// put it), says so politely, and lets the counts and the list follow (live.js).
+function leaveList(row, detail) {
+  const title = row.querySelector("[data-inbox-session]")?.textContent.trim();
+  const selector = `[data-inbox-row][data-interaction="${CSS.escape(row.dataset.interaction)}"]`;
+  const rows = [...document.querySelectorAll(selector)];
+  const hadFocus = rows.some((one) => one.contains(document.activeElement));
+  const next = rows.at(-1)?.nextElementSibling || rows[0]?.previousElementSibling;
+  for (const one of rows) one.remove();
+  // A keyboard user answering down the list goes on with the next question.
+  if (hadFocus) next?.focus({ preventScroll: true });
+  const announcer = document.querySelector("[data-live-announce]");
+  if (announcer) announcer.textContent = title ? `${title}: ${detail}` : detail;
+}
+
+function answered() {
+  document.dispatchEvent(new CustomEvent("onlooker:answered"));
+}
+
 async function submit(form, submitter) {
   const data = new FormData(form, submitter);
   const error = errorLine(form);
+  const row = form.closest("[data-inbox-row]");
   const buttons = form.querySelectorAll("button");
   for (const button of buttons) button.disabled = true;
+  error.hidden = true;
+  sending(form, true);
   try {
     const response = await post(form, data);
     const answer = await verdict(response);
+    sending(form, false);
     if (response.ok) {
+      if (row) {
+        leaveList(row, answer.detail);
+        answered();
+        return;
+      }
       const done = document.createElement("p");
       done.className = "interaction-state";
       done.setAttribute("role", "status");
@@ -53,8 +91,12 @@ async function submit(form, submitter) {
     }
     error.hidden = false;
     error.textContent = answer.detail || `Onlooker answered HTTP ${response.status}.`;
+    // Someone else answered, or the agent did not confirm: the list shows what holds now
+    // (for an unconfirmed answer, its retry).
+    if (row && (response.status === 409 || response.status === 502)) answered();
     if (response.status === 409 || response.status === 403) return; // buttons stay off
   } catch {
+    sending(form, false);
     // The post may have arrived and gone on to the agent: say so, never "nothing was sent".
     // Pressing the same button again is safe (the same message); the page shows what happened.
     error.hidden = false;

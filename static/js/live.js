@@ -22,6 +22,8 @@ const status = document.querySelector("[data-live-status]");
 const announcer = document.querySelector("[data-live-announce]");
 const sidebarList = document.querySelector("[data-sidebar-list]");
 const tiles = document.querySelector("[data-tiles]");
+// The monitoring screen lists sessions that need a person above the tiles, not as tiles.
+const tilesWithoutWaiting = Boolean(tiles && "tilesWithoutWaiting" in tiles.dataset);
 
 // What the page shows of each session: {revision, updated, state, needsHuman}. A message or
 // refetch older than this is dropped.
@@ -125,8 +127,8 @@ function applyTile(id, message, incoming, fresh) {
   if (!tiles) return;
   const existing = tiles.querySelector(`[data-tile-session="${id}"]`);
   if (existing && !newerThan(existing, incoming)) return;
-  if (!matchesFilters(message)) {
-    existing?.remove();
+  if (!matchesFilters(message) || (tilesWithoutWaiting && message.needsHuman)) {
+    existing?.remove(); // the list above shows it now (refreshCounts refetches the list)
     return;
   }
   if (!existing && !fresh) return;
@@ -268,10 +270,47 @@ function showWaiting(html) {
   const replacement = html && fragment(html);
   if (!current || !replacement) return;
   keepWhatThePersonWasDoing(current, replacement);
+  keepRowsBeingSent(current, replacement);
+  const focusedButton = rowFocus(current);
   current.replaceWith(replacement);
   const focusedId = current.dataset.focusedId;
   if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
+  else if (focusedButton) focusedButton(replacement)?.focus({ preventScroll: true });
+  if (replacement.querySelector("[data-inbox-row]")) document.querySelector(".tiles-empty")?.remove();
+  tickTimes(replacement);
 }
+
+// A row whose answer is on its way stays as the person left it ("Sending…", buttons off)
+// until the answer endpoint replies (answers.js): the server already shows it as being
+// answered, and swapping it would take the words away mid-send.
+function keepRowsBeingSent(current, replacement) {
+  for (const row of current.querySelectorAll("[data-inbox-row][data-sending]")) {
+    const selector = `[data-inbox-row][data-interaction="${CSS.escape(row.dataset.interaction)}"]`;
+    replacement.querySelector(selector)?.replaceWith(row);
+  }
+}
+
+// Buttons and rows have no ids: find the same one in the new list by what it sends, so a
+// keyboard user who moved to Approve with A is still there after a refresh.
+function rowFocus(current) {
+  const active = document.activeElement;
+  const row = current.contains(active) && !active.id ? active.closest("[data-interaction]") : null;
+  if (!row) return null;
+  const selector = `[data-interaction="${CSS.escape(row.dataset.interaction)}"]`;
+  const name = active.getAttribute("name");
+  const value = active.getAttribute("value");
+  return (replacement) => {
+    const twin = replacement.querySelector(selector);
+    if (!twin || active === row || !name) return twin;
+    const button = [...twin.querySelectorAll("button")].find(
+      (candidate) => candidate.getAttribute("name") === name && candidate.getAttribute("value") === value,
+    );
+    return button && !button.disabled ? button : twin;
+  };
+}
+
+// An answer sent from this page changed what waits (answers.js): the counts and the list follow.
+document.addEventListener("onlooker:answered", () => refreshCounts());
 
 let countsTimer = null;
 function refreshCounts() {

@@ -76,12 +76,14 @@ def test_the_demo_shows_a_real_agent_at_work_and_an_answer_finishes_it(
         page = context.new_page()
         log_in(page, demo, password[1])
 
-        # The example agent's sessions arrive by themselves, one waiting for an approval.
-        expect(page.locator("[data-tile-session]")).to_have_count(2, timeout=30_000)
+        # The example agent's sessions arrive by themselves, one waiting for an approval (a
+        # row of the list of what waits for a person, the other a tile).
+        shown = page.locator("[data-tile-session], [data-inbox-row]")
+        expect(shown).to_have_count(2, timeout=30_000)
         approve = page.locator('[data-waiting] button[value="approve"]').first
         expect(approve).to_be_visible(timeout=30_000)
         has_approve = page.locator('button[value="approve"]')
-        approval = page.locator(".waiting-session").filter(has=has_approve).first
+        approval = page.locator("[data-inbox-row]").filter(has=has_approve).first
         approval.locator("a").first.click()
         page.locator('[data-answer-form] button[value="approve"]').first.click()
 

@@ -110,16 +110,23 @@ def test_push_reorders_the_overview_and_updates_the_tab_title(
     expect(page.locator('[data-count="waiting"]')).to_have_text("0")
     page.evaluate(NO_RELOAD)
 
-    send(server, agent, status("INPUT_REQUIRED", at=2, context="older", text="Which branch?"))
+    send(server, agent, status("WORKING", at=2, context="older", text="Linking"))
 
-    expect_tile_order(page, [older.pk, newer.pk])
-    expect(page).to_have_title("(1) Onlooker")
-    expect(page.locator('[data-count="waiting"]')).to_have_text("1")
+    expect_tile_order(page, [older.pk, newer.pk])  # the most recently updated first
     tile = page.locator(f'.tiles section[data-tile-session="{older.pk}"]')
     expect(tile.locator(f'article[data-session="{older.pk}"]')).to_have_attribute(
         "data-revision", revision(older)
     )
-    expect(tile).to_contain_text("Which branch?")
+    expect(tile).to_contain_text("Linking")
+
+    send(server, agent, status("INPUT_REQUIRED", at=3, context="older", text="Which branch?"))
+
+    # Needing a person, it moves from the tiles to the list above them (issue 12).
+    expect_tile_order(page, [newer.pk])
+    row = page.locator(f'[data-waiting] [data-waiting-session="{older.pk}"]')
+    expect(row).to_contain_text("Which branch?")
+    expect(page).to_have_title("(1) Onlooker")
+    expect(page.locator('[data-count="waiting"]')).to_have_text("1")
     # Told to screen readers too, not only shown.
     expect(page.locator("[data-live-announce]")).to_have_text(
         "older: needs an answer, needs a person"
