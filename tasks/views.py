@@ -89,7 +89,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "message_id": uuid.uuid4().hex,
         "waiting": board.waiting(request.user),
     }
-    return render(request, "tasks/overview.html", context)
+    return render(request, "tasks/wall.html" if context["wall"] else "tasks/overview.html", context)
 
 
 @require_GET
