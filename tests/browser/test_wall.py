@@ -8,7 +8,6 @@ machine under load happens to get there."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,12 +28,17 @@ NINE_FORTY_ONE = datetime(2026, 12, 1, 9, 41, 0, tzinfo=UTC)
 PAGE_EVERY_MS = 15_000
 
 
-@pytest.fixture
-def agent(ops) -> RegisteredAgent:
+def team_agent(ops) -> RegisteredAgent:
+    """An agent of the ops team that sends plans and questions (profile extensions)."""
     registered = make_agent(team=ops)
     registered.agent.extensions = list(profile.EXTENSIONS)
     registered.agent.save()
     return registered
+
+
+@pytest.fixture
+def agent(ops) -> RegisteredAgent:
+    return team_agent(ops)
 
 
 def working(agent: RegisteredAgent, number: int) -> None:
@@ -50,19 +54,24 @@ def waiting(agent: RegisteredAgent) -> int:
     return Session.objects.get(context_id="c-wait").pk
 
 
-@pytest.fixture
-def wall(browser: Browser, server: LiveServer, alice, request) -> Iterator[Page]:
-    """A 1920×1080 screen in UTC whose clock stands still at 09:41 until the test moves it."""
+def wall_screen(browser: Browser, server: LiveServer, user, request) -> Page:
+    """A 1920×1080 screen in UTC, logged in as `user`, whose clock stands still at 09:41
+    until the test moves it."""
     context = browser.new_context(viewport=WALL, timezone_id="UTC")
+    request.addfinalizer(context.close)
     context.set_default_timeout(10_000)
     request.node.stash[CONTEXT] = context  # screenshots if the test fails
-    context.add_cookies([session_cookie(alice, server.url)])
+    context.add_cookies([session_cookie(user, server.url)])
     page = context.new_page()
     # Paused a minute on: pausing where it was installed may already be in its past.
     page.clock.install(time=NINE_FORTY_ONE - timedelta(minutes=1))
     page.clock.pause_at(NINE_FORTY_ONE)
-    yield page
-    context.close()
+    return page
+
+
+@pytest.fixture
+def wall(browser: Browser, server: LiveServer, alice, request) -> Page:
+    return wall_screen(browser, server, alice, request)
 
 
 def open_wall(page: Page, server: LiveServer) -> None:
@@ -125,9 +134,7 @@ def test_wall_shows_a_clock_and_when_it_last_heard_anything(wall, server, agent)
     expect(wall.locator(".wall-updated")).to_have_text("updated 09:43")
 
 
-def test_many_sessions_page_by_themselves_with_the_waiting_one_on_every_page(
-    wall, server, agent
-):
+def test_many_sessions_page_by_themselves_with_the_waiting_one_on_every_page(wall, server, agent):
     for number in range(1, 41):
         working(agent, number)
     pinned = str(waiting(agent))
@@ -185,9 +192,19 @@ def test_many_sessions_never_need_a_scrollbar(wall, server, agent):
     )
 
 
-def test_few_sessions_fit_on_one_page_and_say_nothing_of_pages(wall, server, agent):
+def test_a_screen_that_fills_up_live_starts_turning_pages(wall, server, agent):
     working(agent, 1)
-    waiting(agent)
+    pinned = str(waiting(agent))
     open_wall(wall, server)
     expect(wall.locator("[data-tile-session]:visible")).to_have_count(2)
     expect(wall.locator("[data-wall-page]")).to_be_hidden()
+
+    for number in range(2, 41):
+        steps = progress((f"Write fix {number}", "in_progress"))
+        body = status(
+            "WORKING", task=f"t-{number}", context=f"c-{number}", at=number, metadata=steps
+        )
+        assert push_http(server, agent, body).status_code == 200
+    expect(wall.locator("[data-wall-page]")).to_have_text(re.compile(r"^Page 1 of [2-9]$"))
+    assert shown_tiles(wall)[0] == pinned
+    assert_fits_without_scrolling(wall)
