@@ -94,7 +94,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "waiting": waiting,
         "nothing_visible": not tiles and not waiting and not board.anything_visible(request.user),
     }
-    return render(request, "tasks/overview.html", context)
+    return render(request, "tasks/wall.html" if context["wall"] else "tasks/overview.html", context)
 
 
 @require_GET

@@ -368,17 +368,48 @@ function refreshActivity() {
 
 // -- the socket -------------------------------------------------------------------------------
 
+// How the page shows its connection: the indicator's words, `data-live` on <body> (the
+// stylesheets dim a page that has been without a connection for a moment: what it shows may
+// be out of date) and a banner with a "Retry now" button. A blip shorter than a moment shows
+// nothing; the wall, watched from across a room, shows the banner as soon as a connection it
+// had is lost.
+const STALE_AFTER_MS = 1_500;
+const BANNER_AFTER_MS = 2_000;
+const banner = document.querySelector("[data-live-banner]");
+const onWall = document.documentElement.classList.contains("wall");
+let everLive = false;
+let staleTimer = null;
+let bannerTimer = null;
+
 function setStatus(state) {
-  if (!status) return;
-  status.textContent = state;
-  status.dataset.state = state;
+  if (status) {
+    status.textContent = state;
+    status.dataset.state = state;
+  }
+  if (state === "live") {
+    everLive = true;
+    clearTimeout(staleTimer);
+    clearTimeout(bannerTimer);
+    staleTimer = bannerTimer = null;
+    body.dataset.live = "live";
+    if (banner) banner.hidden = true;
+    return;
+  }
+  if (body.dataset.live === "stale" || staleTimer) return; // already counting since the loss
+  body.dataset.live = "reconnecting";
+  staleTimer = setTimeout(() => {
+    body.dataset.live = "stale";
+  }, STALE_AFTER_MS);
+  const showBanner = () => {
+    if (banner) banner.hidden = false;
+  };
+  if (onWall && everLive) showBanner();
+  else bannerTimer = setTimeout(showBanner, BANNER_AFTER_MS);
 }
 
 let socket = null;
 let attempt = 0;
 let retryTimer = null;
-let pingTimer = null;
-let pongTimer = null;
 let accessChangedAt = 0;
 
 function socketUrl() {
@@ -392,11 +423,20 @@ function connect() {
   retryTimer = null;
   const ws = new WebSocket(socketUrl());
   socket = ws;
+  // Per socket: one abandoned by "Retry now" may close after its successor opened.
+  let pingTimer = null;
+  let pongTimer = null;
   ws.addEventListener("open", () => {
+    if (socket !== ws) return;
     attempt = 0;
     setStatus("live");
     refetch();
-    pingTimer = setInterval(() => ping(ws), PING_EVERY_MS);
+    pingTimer = setInterval(() => {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      ws.send(JSON.stringify({ type: "ping" }));
+      clearTimeout(pongTimer);
+      pongTimer = setTimeout(() => ws.close(), PONG_WITHIN_MS);
+    }, PING_EVERY_MS);
   });
   ws.addEventListener("message", (event) => {
     let message;
@@ -438,13 +478,6 @@ function connect() {
   });
 }
 
-function ping(ws) {
-  if (ws.readyState !== WebSocket.OPEN) return;
-  ws.send(JSON.stringify({ type: "ping" }));
-  clearTimeout(pongTimer);
-  pongTimer = setTimeout(() => ws.close(), PONG_WITHIN_MS);
-}
-
 // Exponential backoff with full jitter, so a restarted server is not hit by every screen at once.
 function retry() {
   if (retryTimer) return;
@@ -454,6 +487,8 @@ function retry() {
   retryTimer = setTimeout(connect, delay);
 }
 
+// A sign the network or the person is back (online, focus, a visible tab): try at once rather
+// than when the backoff says. A live page only refetches, in case it missed something.
 function reconnectNow() {
   if (socket && socket.readyState <= WebSocket.OPEN) {
     if (socket.readyState === WebSocket.OPEN) refetch();
@@ -463,11 +498,27 @@ function reconnectNow() {
   connect();
 }
 
+// A person asking: even an attempt still hanging (a half-open network can hold one for a
+// minute) gives way to a fresh one.
+function retryNow() {
+  if (socket?.readyState === WebSocket.CONNECTING) {
+    const hanging = socket;
+    socket = null;
+    hanging.close();
+  }
+  reconnectNow();
+}
+
+banner?.querySelector("[data-live-retry]")?.addEventListener("click", retryNow);
 document.addEventListener("visibilitychange", () => {
   if (document.visibilityState === "visible") reconnectNow();
 });
+window.addEventListener("focus", reconnectNow);
 window.addEventListener("online", reconnectNow);
 
-if (boardUrl) connect();
+if (boardUrl) {
+  setStatus("reconnecting");
+  connect();
+}
 tickTimes();
 setInterval(tickTimes, 5_000);
