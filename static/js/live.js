@@ -157,7 +157,8 @@ function applySessionPage(id, message, fresh) {
 function announce(message, previous) {
   if (!announcer || !previous || previous.state === message.state) return;
   if (!message.stateLabel) return;
-  announcer.textContent = `${message.title}: ${message.stateLabel.toLowerCase()}${message.needsHuman ? ", needs a person" : ""}`;
+  // The label says it when a person is needed ("Needs approval"): tasks/states.py.
+  announcer.textContent = `${message.title}: ${message.stateLabel.toLowerCase()}`;
 }
 
 function apply(message) {
