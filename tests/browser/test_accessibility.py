@@ -8,6 +8,7 @@ and AA plus its best practices: unique landmarks, content inside landmarks, head
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -154,6 +155,23 @@ def test_a_session_page_has_no_violations(opened, busy_team):
     audit(page, "session page")
 
 
+def test_the_session_page_of_a_question_has_no_violations(opened):
+    question = Interaction.objects.get(interaction_id="q-1")
+    page = opened(f"/sessions/{question.task.session_id}/")
+    expect(page.locator("[data-interaction] button", has_text="eu")).to_be_visible()
+    audit(page, "session page, a question with choices")
+
+
+def test_a_session_page_with_a_sidebar_hovercard_open_has_no_violations(opened, busy_team):
+    page = opened(f"/sessions/{busy_team.pk}/")
+    other = page.locator("[data-sidebar-session][data-has-card=true] a").filter(
+        has_not=page.locator(f'[href="/sessions/{busy_team.pk}/"]')
+    )
+    other.first.focus()
+    expect(page.locator("[data-hovercard]")).to_be_visible()
+    audit(page, "session page, hovercard open", widths=(VIEWPORT,))
+
+
 def test_a_session_page_seen_by_a_viewer_has_no_violations(page, login, server, busy_team, ops):
     login(member("victor", ops))  # may follow, may not answer: no forms
     page.goto(f"{server.url}/sessions/{busy_team.pk}/")
@@ -179,6 +197,12 @@ def test_the_login_page_has_no_violations(page, server, db):
     page.locator("form button[type=submit]").click()
     expect(page.locator("[role=alert]")).to_be_visible()
     audit(page, "login, refused")
+    for _ in range(4):  # the fifth failure in all is locked out (AXES_FAILURE_LIMIT)
+        page.locator("#id_username").fill("nobody")
+        page.locator("#id_password").fill("wrong")
+        page.locator("form button[type=submit]").click()
+    expect(page).to_have_title(re.compile("Too many failed logins"))
+    audit(page, "login, locked out")
 
 
 class MailingServer(LiveServer):
