@@ -9,11 +9,18 @@
 const WAITING = "[data-interaction]";
 const TILE = "[data-tile-session]";
 const ROW = "[data-sidebar-session]";
-const TYPING = "input, textarea, select, [contenteditable]:not([contenteditable='false'])";
+const TYPING = "textarea, select, [contenteditable]:not([contenteditable='false'])";
+const NOT_TYPED = new Set(["checkbox", "radio", "button", "submit", "reset", "range", "color", "file", "image"]);
 
 const help = document.querySelector("[data-keys-help]");
 let remembered = ""; // the last item moved to, found again if a live refresh replaced it
+let rememberedAt = -1; // and where it was, for when it is gone (answered): j goes on from there
 let returnTo = null; // where focus goes back to when the help closes
+
+function typing(element) {
+  if (element.closest(TYPING)) return true;
+  return element instanceof HTMLInputElement && !NOT_TYPED.has(element.type);
+}
 
 function shown(element) {
   return element.getClientRects().length > 0;
@@ -47,10 +54,11 @@ function focusTarget(item) {
   return item;
 }
 
-function moveTo(item) {
+function moveTo(item, list) {
   for (const marked of document.querySelectorAll(".is-key-focus")) marked.classList.remove("is-key-focus");
   item.classList.add("is-key-focus");
   remembered = identity(item);
+  rememberedAt = list.indexOf(item);
   focusTarget(item).focus({ preventScroll: true });
   item.scrollIntoView({ block: "nearest" });
 }
@@ -59,9 +67,13 @@ function moveTo(item) {
 function step(by) {
   const list = items();
   if (!list.length) return;
+  const last = list.length - 1;
   const at = list.indexOf(current(list));
-  if (at === -1) moveTo(by > 0 ? list[0] : list[list.length - 1]);
-  else moveTo(list[Math.min(list.length - 1, Math.max(0, at + by))]);
+  let next;
+  if (at !== -1) next = at + by;
+  else if (remembered && rememberedAt !== -1) next = by > 0 ? rememberedAt : rememberedAt - 1; // it went: its successor moved up
+  else next = by > 0 ? 0 : last;
+  moveTo(list[Math.min(last, Math.max(0, next))], list);
 }
 
 function press(item, key) {
@@ -93,7 +105,7 @@ document.addEventListener("keydown", (event) => {
   if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey || event.isComposing) return;
   const target = event.target instanceof Element ? event.target : document.body;
   if (target.closest("dialog")) return; // a dialog has its own keys (Esc closes it)
-  if (target.closest(TYPING)) {
+  if (typing(target)) {
     if (event.key === "Escape") target.blur(); // out of the field, so the keys work again
     return;
   }
@@ -120,9 +132,11 @@ document.addEventListener("keydown", (event) => {
 
 // The marker follows the focus: it goes when a person tabs or clicks somewhere else.
 document.addEventListener("focusin", (event) => {
+  if (event.target.closest?.("dialog")) return; // the help opened over it: focus comes back
   const marked = document.querySelector(".is-key-focus");
   if (marked && !marked.contains(event.target)) {
     marked.classList.remove("is-key-focus");
     remembered = "";
+    rememberedAt = -1;
   }
 });

@@ -172,6 +172,25 @@ def test_d_on_the_focused_approval_denies_it(open_page, server, team, agent_stub
     assert answer_with(page, "d", agent_stub)["approved"] is False
 
 
+def test_after_an_answered_item_leaves_the_list_j_goes_on_to_the_one_after_it(
+    open_page, server, team, agent_stub
+):
+    for n in (1, 2, 3):
+        asks = approval(f"i-{n}", f"Ship part {n}?")
+        where = {"context": f"ctx-{n}", "task": f"task-{n}"}
+        send(server, team, status("AUTH_REQUIRED", at=n, metadata=asks, **where))
+    page = open_page("/")
+    waiting = page.locator("[data-waiting] [data-interaction]")
+    expect(waiting).to_have_count(3)
+    first, second, third = page.evaluate(IN_PAGE_ORDER, "[data-waiting] [data-interaction]")
+
+    assert walk(page, "j", 2) == [first, second]
+    page.keyboard.press("a")
+    expect(waiting).to_have_count(2)  # answered, and gone from the list
+    assert walk(page, "j", 1) == [third]
+    assert len(sent_messages(agent_stub)) == 1
+
+
 def test_a_asks_the_buttons_confirmation_first_and_a_no_sends_nothing(
     open_page, server, team, agent_stub
 ):
@@ -233,6 +252,7 @@ def test_question_mark_lists_the_keys_and_escape_or_close_gives_focus_back(
     page.keyboard.press("Escape")
     expect(help_).to_be_hidden()
     assert focused(page) == item
+    expect(page.locator(".is-key-focus")).to_have_count(1)  # still marked
 
     page.keyboard.press("?")
     help_.get_by_role("button", name="Close").click()
