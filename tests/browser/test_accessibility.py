@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tasks import profile
 from tasks.models import Interaction, Session
-from tests.browser.conftest import CONTEXT, TIMEOUT_MS, VIEWPORT, remember_server
+from tests.browser.conftest import CONSOLE, CONTEXT, TIMEOUT_MS, VIEWPORT, remember_server
 from tests.builders import approval, artifact, message, progress, status
 from tests.conftest import make_agent, member
 from tests.live_server import LiveServer, push_http
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 SCHEMES = ("light", "dark")
 PHONE = {"width": 390, "height": 844}
+TV = {"width": 1920, "height": 1080}
 AXE = Axe()
 
 
@@ -38,14 +39,22 @@ def context(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Browse
     """The shared `context`, bypassing CSP so the test can inject axe (tests only)."""
     ctx = browser.new_context(viewport=VIEWPORT, bypass_csp=True)
     ctx.set_default_timeout(TIMEOUT_MS)
+    console: list[str] = []
+    ctx.on("page", lambda page: page.on("pageerror", lambda error: console.append(str(error))))
+    request.node.stash[CONSOLE] = console
     request.node.stash[CONTEXT] = ctx
     yield ctx
     ctx.close()
 
 
 def settled(page: Page) -> None:
-    """Nothing moving: colours are measured after transitions (a scheme switch) end."""
-    page.evaluate("Promise.all(document.getAnimations().map((a) => a.finished))")
+    """Nothing moving: colours are measured after transitions (a scheme switch) end. Endless
+    animations (a pulse) are left running: they never finish."""
+    page.evaluate(
+        """() => Promise.all(document.getAnimations()
+            .filter((a) => a.effect?.getComputedTiming().endTime !== Infinity)
+            .map((a) => a.finished.catch(() => null)))"""
+    )
 
 
 def violations(page: Page, label: str) -> list[str]:
@@ -62,7 +71,8 @@ def violations(page: Page, label: str) -> list[str]:
 
 
 def audit(page: Page, label: str, *, widths: tuple[dict, ...] = (VIEWPORT, PHONE)) -> None:
-    """axe on the page as it stands, in each scheme and width; every violation is listed."""
+    """axe on the page as it stands, in each scheme and width, and then with every <details>
+    open (what they fold away is checked too); every violation is listed."""
     found: list[str] = []
     for size in widths:
         page.set_viewport_size(size)
@@ -70,6 +80,12 @@ def audit(page: Page, label: str, *, widths: tuple[dict, ...] = (VIEWPORT, PHONE
             page.emulate_media(color_scheme=scheme)
             found += violations(page, f"{label} ({scheme}, {size['width']}px wide)")
     page.set_viewport_size(VIEWPORT)
+    if page.evaluate(
+        "[...document.querySelectorAll('details:not([open])')].map((d) => d.open = true).length"
+    ):
+        for scheme in SCHEMES:
+            page.emulate_media(color_scheme=scheme)
+            found += violations(page, f"{label} ({scheme}, every <details> open)")
     page.emulate_media(color_scheme="light")
     assert not found, "axe-core found violations:\n" + "\n".join(found)
 
@@ -144,7 +160,7 @@ def test_the_monitoring_screen_with_the_keys_dialog_open_has_no_violations(opene
 def test_the_wall_display_has_no_violations(opened):
     page = opened("/?display=wall")
     expect(page.locator("[data-tile-session]")).to_have_count(3)
-    audit(page, "wall display")
+    audit(page, "wall display", widths=(VIEWPORT, PHONE, TV))
 
 
 def test_a_session_page_has_no_violations(opened, busy_team):
