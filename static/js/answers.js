@@ -3,8 +3,7 @@
 // done. Whether someone may act is decided by the server on every post; this only makes the
 // forms pleasant. Text from the server is inserted as text.
 //
-// Keyboard: inside a question, A or D moves focus to the matching button and Enter presses
-// it, so a stray key never approves or denies anything by itself.
+// The a/d keys (keys.js) submit these forms through the same submit event as a click.
 
 function post(form, data) {
   return fetch(form.action, {
@@ -133,16 +132,4 @@ document.addEventListener("submit", (event) => {
   event.preventDefault();
   if (answerForm) submit(answerForm, event.submitter);
   else act(actionForm, event.submitter);
-});
-
-document.addEventListener("keydown", (event) => {
-  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
-  const key = event.key.toLowerCase();
-  if (key !== "a" && key !== "d") return;
-  if (event.target.closest?.("textarea, input, select, [contenteditable]")) return;
-  const interaction = event.target.closest?.("[data-interaction]");
-  const button = interaction?.querySelector(`[data-shortcut="${key}"]`);
-  if (!button || button.disabled) return;
-  event.preventDefault();
-  button.focus();
 });

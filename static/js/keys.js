@@ -1,1 +1,142 @@
-// keys: filled in by issue 12's work.
+// Keys for people who keep a hand on the keyboard: j/k walk the waiting items and then the
+// sessions, a/d press the focused item's Approve/Deny button, Enter opens its session, / goes to
+// search, ? lists the keys. One keydown handler for the page.
+//
+// a and d press the button through form.requestSubmit(button): the same submit event a click
+// makes (answers.js posts it; the server decides, as for a click), after the same confirmation
+// the button asks for. Nothing happens while a person types in a field.
+
+const WAITING = "[data-interaction]";
+const TILE = "[data-tile-session]";
+const ROW = "[data-sidebar-session]";
+const TYPING = "textarea, select, [contenteditable]:not([contenteditable='false'])";
+const NOT_TYPED = new Set(["checkbox", "radio", "button", "submit", "reset", "range", "color", "file", "image"]);
+
+const help = document.querySelector("[data-keys-help]");
+let remembered = ""; // the last item moved to, found again if a live refresh replaced it
+let rememberedAt = -1; // and where it was, for when it is gone (answered): j goes on from there
+let returnTo = null; // where focus goes back to when the help closes
+
+function typing(element) {
+  if (element.closest(TYPING)) return true;
+  return element instanceof HTMLInputElement && !NOT_TYPED.has(element.type);
+}
+
+function shown(element) {
+  return element.getClientRects().length > 0;
+}
+
+// Page order: waiting items, then sessions (tiles where the page has them, else the sidebar).
+function items() {
+  const waiting = [...document.querySelectorAll(WAITING)];
+  const tiles = [...document.querySelectorAll(TILE)].filter(shown);
+  const sessions = tiles.length ? tiles : [...document.querySelectorAll(ROW)];
+  return [...waiting, ...sessions].filter(shown);
+}
+
+function identity(item) {
+  if (item.matches(WAITING)) return `waiting:${item.dataset.interaction}`;
+  return `session:${item.dataset.tileSession ?? item.dataset.sidebarSession}`;
+}
+
+function current(list) {
+  const active = document.activeElement;
+  const holding = list.find((item) => item.contains(active));
+  if (holding) return holding;
+  return list.find((item) => identity(item) === remembered) ?? null;
+}
+
+// A sidebar row is reached through its link (its hovercard previews the card on focus); other
+// items take the focus themselves.
+function focusTarget(item) {
+  if (item.matches(ROW)) return item.querySelector("a[href]") ?? item;
+  if (!item.hasAttribute("tabindex")) item.tabIndex = -1;
+  return item;
+}
+
+function moveTo(item, list) {
+  for (const marked of document.querySelectorAll(".is-key-focus")) marked.classList.remove("is-key-focus");
+  item.classList.add("is-key-focus");
+  remembered = identity(item);
+  rememberedAt = list.indexOf(item);
+  focusTarget(item).focus({ preventScroll: true });
+  item.scrollIntoView({ block: "nearest" });
+}
+
+// Stops at the ends rather than wrapping: at the last item, j stays there.
+function step(by) {
+  const list = items();
+  if (!list.length) return;
+  const last = list.length - 1;
+  const at = list.indexOf(current(list));
+  let next;
+  if (at !== -1) next = at + by;
+  else if (remembered && rememberedAt !== -1) next = by > 0 ? rememberedAt : rememberedAt - 1; // it went: its successor moved up
+  else next = by > 0 ? 0 : last;
+  moveTo(list[Math.min(last, Math.max(0, next))], list);
+}
+
+function press(item, key) {
+  const button = item?.matches(WAITING) ? item.querySelector(`button[data-shortcut="${key}"]`) : null;
+  if (!button || button.disabled || !button.form) return false;
+  // The button's own confirmation, asked the way the button asks it (a click would ask too).
+  if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return true;
+  button.form.requestSubmit(button);
+  return true;
+}
+
+function sessionLink(item) {
+  if (item.matches(WAITING)) return item.closest("[data-waiting-session]")?.querySelector(":scope > a[href]");
+  return item.querySelector("a[href]");
+}
+
+function showHelp() {
+  if (!help || help.open) return;
+  returnTo = document.activeElement;
+  help.showModal();
+}
+
+help?.addEventListener("close", () => {
+  if (returnTo?.isConnected) returnTo.focus({ preventScroll: true });
+  returnTo = null;
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey || event.isComposing) return;
+  const target = event.target instanceof Element ? event.target : document.body;
+  if (target.closest("dialog")) return; // a dialog has its own keys (Esc closes it)
+  if (typing(target)) {
+    if (event.key === "Escape") target.blur(); // out of the field, so the keys work again
+    return;
+  }
+  const list = items();
+  const item = list.find((candidate) => candidate.contains(target)) ?? null;
+  // Letters without Shift (Caps Lock still counts); "?" and "/" as the layout types them.
+  const key = event.key.length === 1 && !event.shiftKey ? event.key.toLowerCase() : event.key;
+  let handled = true;
+  if (key === "j") step(1);
+  else if (key === "k") step(-1);
+  else if (key === "a" || key === "d") handled = press(item, key);
+  else if (key === "Enter" && item && target === focusTarget(item)) {
+    const link = sessionLink(item);
+    if (link) link.click();
+    else handled = false;
+  } else if (key === "/") {
+    const search = document.querySelector("[data-search]");
+    if (search) search.focus();
+    else handled = false;
+  } else if (key === "?") showHelp();
+  else handled = false;
+  if (handled) event.preventDefault();
+});
+
+// The marker follows the focus: it goes when a person tabs or clicks somewhere else.
+document.addEventListener("focusin", (event) => {
+  if (event.target.closest?.("dialog")) return; // the help opened over it: focus comes back
+  const marked = document.querySelector(".is-key-focus");
+  if (marked && !marked.contains(event.target)) {
+    marked.classList.remove("is-key-focus");
+    remembered = "";
+    rememberedAt = -1;
+  }
+});

@@ -48,5 +48,5 @@ def test_a_session_page_out_of_reach_reloads_into_not_found(
     registered.agent.team = Group.objects.create(name="elsewhere")
     registered.agent.save(update_fields=["team"])
 
-    expect(page.locator("body")).to_contain_text("Not Found", timeout=WITHIN_MS)
+    expect(page.locator("body")).to_contain_text("Not found", ignore_case=True, timeout=WITHIN_MS)
     expect(page.locator("[data-live-card]")).to_have_count(0)
