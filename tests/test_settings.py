@@ -341,7 +341,7 @@ def test_default_server_answers_an_anonymous_404_without_listing_url_patterns(da
         missing = httpx.get(f"{base}/no-such-page/", timeout=20)
         assert missing.status_code == 404
         # Django's debug page lists every pattern as `path/ [name='…']`; a "Log in" link is fine.
-            for pattern in ("URLconf", "admin/", "[name=", "healthz", "a2a/push"):
+        for pattern in ("URLconf", "admin/", "[name=", "healthz", "a2a/push"):
             assert pattern not in missing.text, f"the 404 page shows {pattern!r}"
         # With DEBUG off the app still serves its own static files, and the login page.
         assert httpx.get(f"{base}/static/css/onlooker.css", timeout=20).status_code == 200

@@ -86,7 +86,8 @@ function press(item, key) {
 }
 
 function sessionLink(item) {
-  if (item.matches(WAITING)) return item.closest("[data-waiting-session]")?.querySelector(":scope > a[href]");
+  // A row of the monitoring screen's list names its session; on a session page it is this one.
+  if (item.matches(WAITING)) return item.querySelector("a[data-inbox-session]");
   return item.querySelector("a[href]");
 }
 

@@ -93,7 +93,7 @@ def test_j_and_k_walk_the_waiting_items_then_the_tiles_in_page_order(
 ):
     page = open_page("/")
     expect(page.locator("[data-waiting] [data-interaction]")).to_have_count(2)
-    expect(page.locator("[data-tile-session]")).to_have_count(3)
+    expect(page.locator("[data-tile-session]")).to_have_count(1)  # waiting sessions are rows, not tiles
     waiting = page.evaluate(IN_PAGE_ORDER, "[data-waiting] [data-interaction]")
     tiles = page.evaluate(IN_PAGE_ORDER, "[data-tiles] [data-tile-session]")
     order = waiting + tiles
@@ -172,7 +172,7 @@ def test_d_on_the_focused_approval_denies_it(open_page, server, team, agent_stub
     assert answer_with(page, "d", agent_stub)["approved"] is False
 
 
-def test_after_an_answered_item_leaves_the_list_j_goes_on_to_the_one_after_it(
+def test_after_an_answered_item_leaves_the_list_the_next_one_has_the_focus(
     open_page, server, team, agent_stub
 ):
     for n in (1, 2, 3):
@@ -187,7 +187,8 @@ def test_after_an_answered_item_leaves_the_list_j_goes_on_to_the_one_after_it(
     assert walk(page, "j", 2) == [first, second]
     page.keyboard.press("a")
     expect(waiting).to_have_count(2)  # answered, and gone from the list
-    assert walk(page, "j", 1) == [third]
+    assert focused(page) == third  # ready for the next a or d
+    assert walk(page, "k", 1) == [first]
     assert len(sent_messages(agent_stub)) == 1
 
 
