@@ -21,7 +21,7 @@ def not_found(client: Client, path: str) -> str:
 
 def test_an_unknown_address_logged_out_gets_the_designed_404_with_a_way_to_log_in(client, db):
     page = not_found(client, "/no/such/page/")
-    assert "Nothing lives at this address" in page
+    assert "Page not found" in page
     assert STYLESHEET in page
     assert "data-theme-toggle" in page
     assert 'href="/accounts/login/"' in page
@@ -31,7 +31,7 @@ def test_an_unknown_address_logged_out_gets_the_designed_404_with_a_way_to_log_i
 def test_an_unknown_address_logged_in_leads_back_to_the_monitoring_screen(client, alice):
     client.force_login(alice)
     page = not_found(client, "/no/such/page/")
-    assert "Nothing lives at this address" in page
+    assert "Page not found" in page
     assert "Back to the monitoring screen" in page
     assert "Log out" in page and "alice" in page
 
@@ -40,7 +40,7 @@ def test_a_session_that_does_not_exist_is_the_designed_404(client, alice, ops):
     make_agent(team=ops)
     client.force_login(alice)
     page = not_found(client, "/sessions/987654/")
-    assert "Nothing lives at this address" in page
+    assert "Page not found" in page
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def test_odd_unknown_paths_are_404_never_500_and_shown_as_text(client, alice, pa
     client.force_login(alice)
     page = not_found(client, path)
     assert "<script>alert(1)" not in page
-    assert "Nothing lives at this address" in page
+    assert "Page not found" in page
 
 
 def test_the_500_page_renders_without_any_context():

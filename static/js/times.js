@@ -109,10 +109,13 @@ function localize(element, now) {
   show(element, text, fullTime(moment));
 }
 
+const LOCAL = "time[datetime]:not([data-keeps-text])";
+
 function timesIn(root) {
   if (root.nodeType !== Node.ELEMENT_NODE && root.nodeType !== Node.DOCUMENT_NODE) return [];
-  const found = [...root.querySelectorAll("time[datetime]")];
-  if (root.matches?.("time[datetime]")) found.push(root);
+  // A time that writes itself (the wall's clock, data-keeps-text) is left alone.
+  const found = [...root.querySelectorAll(LOCAL)];
+  if (root.matches?.(LOCAL)) found.push(root);
   return found;
 }
 
