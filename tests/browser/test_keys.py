@@ -93,7 +93,7 @@ def test_j_and_k_walk_the_waiting_items_then_the_tiles_in_page_order(
 ):
     page = open_page("/")
     expect(page.locator("[data-waiting] [data-interaction]")).to_have_count(2)
-    expect(page.locator("[data-tile-session]")).to_have_count(1)  # waiting sessions are rows, not tiles
+    expect(page.locator("[data-tile-session]")).to_have_count(1)  # waiting ones are rows
     waiting = page.evaluate(IN_PAGE_ORDER, "[data-waiting] [data-interaction]")
     tiles = page.evaluate(IN_PAGE_ORDER, "[data-tiles] [data-tile-session]")
     order = waiting + tiles
