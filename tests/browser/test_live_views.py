@@ -128,9 +128,7 @@ def test_push_reorders_the_overview_and_updates_the_tab_title(
     expect(page).to_have_title("(1) Onlooker")
     expect(page.locator('[data-count="waiting"]')).to_have_text("1")
     # Told to screen readers too, not only shown.
-    expect(page.locator("[data-live-announce]")).to_have_text(
-        "older: needs an answer"
-    )
+    expect(page.locator("[data-live-announce]")).to_have_text("older: needs an answer")
     expect_not_reloaded(page)
 
 
