@@ -3,8 +3,10 @@
 It needs the test extra, for Playwright (`.venv/bin/pip install -e '.[test]'`; it includes
 the demo's packages), and Debian's chromium at /usr/bin/chromium (or `CHROMIUM=/path`). It
 runs `manage.py demo` in a throwaway data directory, logs in as the demo user in a real
-browser, and photographs the monitoring screen and a session page with the example agent's
-approval waiting, overwriting docs/monitoring.png and docs/session.png."""
+browser, and photographs, with the example agent's approval waiting: the monitoring screen at
+1440 px in the light and the dark theme, a session page at 1440 px and on a 390 px phone, and
+the wall display at 1920 x 1080, overwriting docs/{monitoring,monitoring-dark,session,phone,
+wall}.png."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SHOTS = ("monitoring.png", "monitoring-dark.png", "session.png", "phone.png", "wall.png")
 
 
 def free_port() -> int:
@@ -56,7 +59,7 @@ def main() -> int:
             finally:
                 demo.send_signal(signal.SIGINT)
                 demo.wait(timeout=20)
-    print(f"wrote {OUT / 'monitoring.png'} and {OUT / 'session.png'}")
+    print("wrote " + ", ".join(str(OUT / name) for name in SHOTS))
     return 0
 
 
@@ -65,21 +68,51 @@ def shoot(url: str, password: str) -> None:
         browser = p.chromium.launch(
             executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"]
         )
-        page = browser.new_page(viewport={"width": 1360, "height": 860})
+        light = browser.new_context(viewport={"width": 1440, "height": 900})
+        page = light.new_page()
         page.goto(url + "/")
         page.fill("input[name=username]", "demo")
         page.fill("input[name=password]", password)
         page.click("button[type=submit], input[type=submit]")
-        expect(page.locator('[data-waiting] button[value="approve"]').first).to_be_visible(
-            timeout=60_000
-        )
+        approve = page.locator('[data-waiting] button[value="approve"]').first
+        expect(approve).to_be_visible(timeout=60_000)
         time.sleep(3)  # let the other sessions get a little further
         page.screenshot(path=OUT / "monitoring.png")
-        has_approve = page.locator('button[value="approve"]')
-        waiting = page.locator(".waiting-session").filter(has=has_approve).first
-        waiting.locator("a").first.click()
+        row = page.locator("[data-inbox-row]").filter(has=page.locator('button[value="approve"]'))
+        session_url = url + row.first.locator("[data-inbox-session]").get_attribute("href")
+        logged_in = light.storage_state()
+
+        page.goto(session_url)
         expect(page.locator('[data-answer-form] button[value="approve"]')).to_be_visible()
         page.screenshot(path=OUT / "session.png")
+
+        dark = browser.new_context(
+            viewport={"width": 1440, "height": 900}, color_scheme="dark", storage_state=logged_in
+        )
+        page = dark.new_page()
+        page.goto(url + "/")
+        expect(page.locator("[data-live-status]")).to_have_text("live")
+        page.screenshot(path=OUT / "monitoring-dark.png")
+
+        phone = browser.new_context(
+            viewport={"width": 390, "height": 844},
+            device_scale_factor=2,
+            is_mobile=True,
+            has_touch=True,
+            storage_state=logged_in,
+        )
+        page = phone.new_page()
+        page.goto(session_url)
+        expect(page.locator('[data-answer-form] button[value="approve"]')).to_be_visible()
+        page.screenshot(path=OUT / "phone.png")
+
+        wall = browser.new_context(
+            viewport={"width": 1920, "height": 1080}, storage_state=logged_in
+        )
+        page = wall.new_page()
+        page.goto(url + "/?display=wall")
+        expect(page.locator("[data-live-status]")).to_have_text("live")
+        page.screenshot(path=OUT / "wall.png")
         browser.close()
 
 
