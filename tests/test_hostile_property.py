@@ -326,6 +326,7 @@ def store_fingerprint() -> tuple:
     ),
     ascii_only=st.booleans(),
 )
+@pytest.mark.slow
 def test_no_push_body_causes_a_5xx_and_a_refused_one_changes_nothing(
     db, client, bodies, ascii_only
 ):

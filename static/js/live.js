@@ -243,6 +243,7 @@ function replaceList(container, html, idOf) {
 }
 
 let refreshing = null;
+let syncs = 0;
 async function refetch() {
   if (refreshing) return refreshing;
   refreshing = (async () => {
@@ -254,8 +255,10 @@ async function refetch() {
       showWaiting(board.waiting);
       if (sessionId) {
         apply(await getJson(body.dataset.cardUrl));
-        refreshActivity(); // the transcript may have grown while the socket was away
+        await loadActivity(); // the transcript may have grown while the socket was away
       }
+      // Caught up: a script (or a test) can tell the page now shows what the server has.
+      document.documentElement.dataset.synced = String(++syncs);
       document.dispatchEvent(new CustomEvent("onlooker:refetched"));
     } catch (error) {
       console.warn("onlooker: refetch failed", error);
@@ -345,26 +348,31 @@ function keepWhatThePersonWasDoing(current, replacement) {
 
 let activityTimer = null;
 function refreshActivity() {
-  const url = body.dataset.activityUrl;
-  if (!url || activityTimer) return;
-  activityTimer = setTimeout(async () => {
+  if (!body.dataset.activityUrl || activityTimer) return;
+  activityTimer = setTimeout(() => {
     activityTimer = null;
-    try {
-      const response = await fetch(url, { credentials: "same-origin" });
-      if (!response.ok) return;
-      const replacement = fragment(await response.text());
-      const current = document.querySelector("[data-session-activity]");
-      if (replacement && current) {
-        keepWhatThePersonWasDoing(current, replacement);
-        current.replaceWith(replacement);
-        const focusedId = current.dataset.focusedId;
-        if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
-        tickTimes();
-      }
-    } catch (error) {
-      console.warn("onlooker: activity refresh failed", error);
-    }
+    loadActivity();
   }, 300);
+}
+
+async function loadActivity() {
+  const url = body.dataset.activityUrl;
+  if (!url) return;
+  try {
+    const response = await fetch(url, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const replacement = fragment(await response.text());
+    const current = document.querySelector("[data-session-activity]");
+    if (replacement && current) {
+      keepWhatThePersonWasDoing(current, replacement);
+      current.replaceWith(replacement);
+      const focusedId = current.dataset.focusedId;
+      if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
+      tickTimes();
+    }
+  } catch (error) {
+    console.warn("onlooker: activity refresh failed", error);
+  }
 }
 
 // -- the socket -------------------------------------------------------------------------------

@@ -4,7 +4,11 @@ scheme, at a desk width and a phone width.
 axe-core comes from its maintained Python package (never copied into the repository) and is
 injected by the test, so the context bypasses the page's CSP: the pages keep their strict policy
 and the browser is the only thing told to look away. All of axe's default rules run (WCAG 2 A
-and AA plus its best practices: unique landmarks, content inside landmarks, heading order)."""
+and AA plus its best practices: unique landmarks, content inside landmarks, heading order).
+
+The monitoring screen and a session page run with every test run; the other pages, with the
+long checks (`-m slow`, which CI runs on both stacks), to keep the default run inside its
+time budget."""
 
 from __future__ import annotations
 
@@ -21,7 +25,14 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tasks import profile
 from tasks.models import Interaction, Session
-from tests.browser.conftest import CONSOLE, CONTEXT, TIMEOUT_MS, VIEWPORT, remember_server
+from tests.browser.conftest import (
+    CONSOLE,
+    CONTEXT,
+    TIMEOUT_MS,
+    VIEWPORT,
+    caught_up,
+    remember_server,
+)
 from tests.builders import approval, artifact, message, progress, status
 from tests.conftest import make_agent, member
 from tests.live_server import LiveServer, push_http
@@ -136,7 +147,7 @@ def opened(approver_page: Page, server: LiveServer) -> Callable[[str], Page]:
     def go(path: str) -> Page:
         approver_page.goto(server.url + path)
         expect(approver_page.locator("[data-live-status]")).to_have_text("live")
-        approver_page.wait_for_load_state("networkidle")
+        caught_up(approver_page)
         return approver_page
 
     return go
@@ -152,6 +163,7 @@ def test_the_monitoring_screen_has_no_violations(opened):
     audit(page, "monitoring screen")
 
 
+@pytest.mark.slow
 def test_the_monitoring_screen_with_the_keys_dialog_open_has_no_violations(opened):
     page = opened("/")
     page.keyboard.press("?")
@@ -159,6 +171,7 @@ def test_the_monitoring_screen_with_the_keys_dialog_open_has_no_violations(opene
     audit(page, "monitoring screen, keys dialog open", widths=(VIEWPORT,))
 
 
+@pytest.mark.slow
 def test_the_wall_display_has_no_violations(opened):
     page = opened("/?display=wall")
     expect(page.locator("[data-tile-session]")).to_have_count(3)
@@ -173,6 +186,7 @@ def test_a_session_page_has_no_violations(opened, busy_team):
     audit(page, "session page")
 
 
+@pytest.mark.slow
 def test_the_session_page_of_a_question_has_no_violations(opened):
     question = Interaction.objects.get(interaction_id="q-1")
     page = opened(f"/sessions/{question.task.session_id}/")
@@ -180,6 +194,7 @@ def test_the_session_page_of_a_question_has_no_violations(opened):
     audit(page, "session page, a question with choices")
 
 
+@pytest.mark.slow
 def test_a_session_page_with_a_sidebar_hovercard_open_has_no_violations(opened, busy_team):
     page = opened(f"/sessions/{busy_team.pk}/")
     other = page.locator("[data-sidebar-session][data-has-card=true] a").filter(
@@ -190,14 +205,16 @@ def test_a_session_page_with_a_sidebar_hovercard_open_has_no_violations(opened, 
     audit(page, "session page, hovercard open", widths=(VIEWPORT,))
 
 
+@pytest.mark.slow
 def test_a_session_page_seen_by_a_viewer_has_no_violations(page, login, server, busy_team, ops):
     login(member("victor", ops))  # may follow, may not answer: no forms
     page.goto(f"{server.url}/sessions/{busy_team.pk}/")
     expect(page.locator("[data-live-status]")).to_have_text("live")
-    page.wait_for_load_state("networkidle")
+    caught_up(page)
     audit(page, "session page (viewer)")
 
 
+@pytest.mark.slow
 def test_the_not_found_page_has_no_violations(page, login, server, ops):
     page.goto(server.url + "/no-such-page/")
     audit(page, "404 (logged out)")
@@ -207,6 +224,7 @@ def test_the_not_found_page_has_no_violations(page, login, server, ops):
     audit(page, "404 (logged in)")
 
 
+@pytest.mark.slow
 def test_the_login_page_has_no_violations(page, server, db):
     page.goto(server.url + "/accounts/login/")
     audit(page, "login")
@@ -238,6 +256,7 @@ def mailing_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
         yield server
 
 
+@pytest.mark.slow
 def test_the_password_reset_pages_have_no_violations(page, mailing_server, db):
     base = mailing_server.url + "/accounts"
     page.goto(base + "/login/")

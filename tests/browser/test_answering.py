@@ -9,6 +9,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tasks import profile
 from tasks.models import Interaction
+from tests.browser.conftest import caught_up
 from tests.builders import approval, status
 from tests.conftest import make_agent, member
 from tests.live_server import LiveServer, push_http, session_cookie
@@ -44,7 +45,7 @@ def open_as(browser: Browser, user: User, server: LiveServer, path: str) -> Page
     page = context.new_page()
     page.goto(server.url + path)
     expect(page.locator("[data-live-status]")).to_have_text("live")
-    page.wait_for_load_state("networkidle")
+    caught_up(page)
     return page
 
 

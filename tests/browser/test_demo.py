@@ -63,6 +63,7 @@ def log_in(page: Page, demo: Demo, password: str) -> None:
     expect(page.locator("[data-live-status]")).to_have_text("live")
 
 
+@pytest.mark.slow
 def test_the_demo_shows_a_real_agent_at_work_and_an_answer_finishes_it(
     browser: Browser, tmp_path: Path
 ):

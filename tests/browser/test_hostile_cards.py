@@ -140,6 +140,7 @@ def chunks(markdowns: list[str]) -> list[str]:
     return [*out, current] if current else out
 
 
+@pytest.mark.slow
 def test_hostile_card_markdown_executes_nothing_in_a_real_browser(server, page, login, alice, ops):
     vectors = [v.markdown for v in CORPUS if not v.may_refuse] + OWN_VECTORS
     agents = [api_agent(ops) for _ in range(-(-len(vectors) // PER_AGENT))]

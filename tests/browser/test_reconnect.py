@@ -16,6 +16,7 @@ from django.test import Client
 from playwright.sync_api import Page, expect
 
 from tasks.models import Session
+from tests.browser.conftest import caught_up
 from tests.browser.test_wall import open_wall, team_agent, wall_screen, working
 from tests.builders import status
 from tests.conftest import member, push
@@ -58,7 +59,7 @@ def open_overview(page: Page, server: LiveServer, login, alice, registered) -> N
     login(alice)
     page.goto(server.url + "/")
     expect(page.locator(STATUS)).to_have_text("live")
-    page.wait_for_load_state("networkidle")
+    caught_up(page)
 
 
 def expect_live_again(page: Page) -> None:

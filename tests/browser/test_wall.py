@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tasks import profile
 from tasks.models import Session
-from tests.browser.conftest import CONTEXT
+from tests.browser.conftest import CONTEXT, caught_up
 from tests.builders import approval, progress, status
 from tests.conftest import RegisteredAgent, make_agent, push
 from tests.live_server import LiveServer, push_http, session_cookie
@@ -77,7 +77,7 @@ def wall(browser: Browser, server: LiveServer, alice, request) -> Page:
 def open_wall(page: Page, server: LiveServer) -> None:
     page.goto(f"{server.url}/?display=wall")
     expect(page.locator("[data-live-status]")).to_have_text("live")
-    page.wait_for_load_state("networkidle")
+    caught_up(page)
 
 
 def font_px(page: Page, selector: str) -> float:
