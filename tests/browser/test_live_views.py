@@ -288,6 +288,7 @@ def test_no_hovercard_for_a_session_without_a_card(server, page, login, open_liv
 # -- g: reconnecting ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_page_reconnects_after_a_server_restart_and_shows_what_changed_meanwhile(
     request, page, login, alice, ops
 ):

@@ -15,6 +15,7 @@ from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 def test_an_unconfirmed_approve_leaves_everyone_only_its_retry(browser, server, ops, approvers):
     with MisbehavingAgent() as agent:
         # Takes the answer and, a while later, hangs up: its reply never comes. The while is

@@ -99,6 +99,7 @@ def test_a_lost_connection_shows_a_banner_and_fades_the_page_until_retry_now(
     expect_live_again(page)
 
 
+@pytest.mark.slow
 def test_coming_back_to_the_window_reconnects_at_once(paused, restarts, login, alice, agent):
     page = paused
     open_overview(page, restarts, login, alice, agent)
@@ -112,6 +113,7 @@ def test_coming_back_to_the_window_reconnects_at_once(paused, restarts, login, a
     expect_live_again(page)
 
 
+@pytest.mark.slow
 def test_the_wall_shows_the_banner_as_soon_as_its_connection_is_lost(wall, restarts, agent):
     working(agent, 1)
     open_wall(wall, restarts)

@@ -177,6 +177,7 @@ def assert_fits_without_scrolling(page: Page) -> None:
     assert max(measures["bottoms"]) <= measures["height"]
 
 
+@pytest.mark.slow
 def test_many_sessions_never_need_a_scrollbar(wall, server, agent):
     for number in range(1, 41):
         working(agent, number)
@@ -192,6 +193,7 @@ def test_many_sessions_never_need_a_scrollbar(wall, server, agent):
     )
 
 
+@pytest.mark.slow
 def test_a_screen_that_fills_up_live_starts_turning_pages(wall, server, agent):
     working(agent, 1)
     pinned = str(waiting(agent))
