@@ -60,7 +60,7 @@ def child_database_url() -> str:
         options = {k: v for k, v in db.get("OPTIONS", {}).items() if isinstance(v, str | int)}
         query = f"?{urlencode(options, quote_via=quote)}" if options else ""
         return f"sqlite:///{name}{query}"
-    if db["ENGINE"] == "django.db.backends.postgresql":
+    if connection.vendor == "postgresql":  # Django's backend, or tests.pg_backend
         user = quote(db.get("USER") or "", safe="")
         password = quote(db.get("PASSWORD") or "", safe="")
         credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from tasks import profile
 from tasks.models import Interaction
+from tests.browser.test_answer_paths import TOOK_IT
 from tests.browser.test_answering import open_as, sent_messages
 from tests.builders import approval, status
 from tests.conftest import make_agent, member
@@ -42,7 +43,7 @@ def received(stub) -> tuple[str, dict]:
 def test_pressing_a_choice_sends_exactly_that_choice(question_page, agent_stub):
     question_page.locator("[data-answer-form] button", has_text="production").click()
 
-    expect(question_page.locator(".interactions .interaction-state")).to_be_visible()
+    expect(question_page.locator(TOOK_IT).first).to_be_visible()
     text, typed = received(agent_stub)
     assert text == "production"
     assert typed == {"interactionId": "q-1", "value": "production"}
@@ -52,7 +53,7 @@ def test_a_pressed_choice_wins_over_text_typed_in_the_box(question_page, agent_s
     question_page.locator('[data-answer-form] textarea[name="value"]').fill("somewhere else, maybe")
     question_page.locator("[data-answer-form] button", has_text="staging").click()
 
-    expect(question_page.locator(".interactions .interaction-state")).to_be_visible()
+    expect(question_page.locator(TOOK_IT).first).to_be_visible()
     text, typed = received(agent_stub)
     assert text == "staging"
     assert typed["value"] == "staging"
