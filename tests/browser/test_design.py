@@ -129,6 +129,7 @@ def test_the_toggle_overrides_the_system_and_is_kept_across_a_reload(server, pag
     assert page.evaluate("localStorage.getItem('onlooker-theme')") is None
 
 
+@pytest.mark.slow
 def test_the_chosen_theme_is_set_before_the_page_is_painted(server, page):
     page.goto(server.url + "/accounts/login/")
     page.evaluate("localStorage.setItem('onlooker-theme', 'dark')")
@@ -145,6 +146,7 @@ def test_the_chosen_theme_is_set_before_the_page_is_painted(server, page):
     assert is_dark(page)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_primary_danger_and_secondary_buttons_look_different(server, page, scheme):
     page.emulate_media(color_scheme=scheme)
@@ -238,6 +240,7 @@ def test_the_favicon_shows_a_badge_when_an_approval_waits(
 # -- keyboard and touch --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_keyboard_focus_shows_a_ring(server, page):
     page.goto(server.url + "/accounts/login/")
     page.locator("[data-theme-toggle]").focus()
@@ -254,6 +257,7 @@ def test_a_keyboard_focus_shows_a_ring(server, page):
     assert focused[1] == "solid" and focused[2] >= 2
 
 
+@pytest.mark.slow
 def test_touch_screens_get_44_px_targets(browser, server):
     context = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True)
     try:

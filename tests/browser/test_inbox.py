@@ -143,6 +143,7 @@ def test_filters_apply_to_the_list_and_the_counts_live(browser, server, ops, app
         page.context.close()
 
 
+@pytest.mark.slow
 def test_an_empty_filter_says_so_and_clearing_it_shows_everything(browser, server, ops):
     registered = make_agent(team=ops)
     assert push_http(server, registered, status("WORKING", at=1)).status_code == 200

@@ -109,6 +109,7 @@ def test_j_and_k_walk_the_waiting_items_then_the_tiles_in_page_order(
     expect(page.locator(".is-key-focus")).to_have_count(1)
 
 
+@pytest.mark.slow
 def test_on_a_session_page_j_goes_from_its_waiting_item_to_the_sidebar_sessions(
     open_page, waiting_and_working
 ):
@@ -192,6 +193,7 @@ def test_after_an_answered_item_leaves_the_list_the_next_one_has_the_focus(
     assert len(sent_messages(agent_stub)) == 1
 
 
+@pytest.mark.slow
 def test_a_asks_the_buttons_confirmation_first_and_a_no_sends_nothing(
     open_page, server, team, agent_stub
 ):
@@ -261,6 +263,7 @@ def test_question_mark_lists_the_keys_and_escape_or_close_gives_focus_back(
     assert focused(page) == item
 
 
+@pytest.mark.slow
 def test_slash_goes_to_the_search_box_where_there_is_one(open_page, waiting_and_working):
     page = open_page("/")
     page.keyboard.press("/")  # no search box here yet: nothing happens
@@ -280,6 +283,7 @@ def test_slash_goes_to_the_search_box_where_there_is_one(open_page, waiting_and_
     expect(search).to_have_value("")  # the "/" itself is not typed
 
 
+@pytest.mark.slow
 def test_the_skip_link_is_first_and_leads_to_the_content(open_page, waiting_and_working):
     page = open_page("/")
     page.keyboard.press("Tab")

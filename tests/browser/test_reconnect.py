@@ -129,6 +129,7 @@ def test_the_wall_shows_the_banner_as_soon_as_its_connection_is_lost(wall, resta
     expect_live_again(wall)
 
 
+@pytest.mark.slow
 def test_the_connection_indicator_covers_nothing_on_a_phone(
     page, server, login, agent, ops, approvers
 ):

@@ -109,6 +109,7 @@ def test_transcript_times_read_in_the_viewers_zone_with_the_full_date_on_hover(
 # -- receipts fold into one line ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_of_card_updates_is_one_line_that_opens_to_each_receipt(
     server, page, login, open_live, alice, ops
 ):
@@ -178,6 +179,7 @@ def two_sessions(server: LiveServer, ops):
     return registered, here, other
 
 
+@pytest.mark.slow
 def test_on_a_phone_the_sidebar_is_a_drawer_that_takes_and_gives_back_focus(
     server, page, login, open_live, alice, ops
 ):
@@ -216,6 +218,7 @@ def test_on_a_phone_the_sidebar_is_a_drawer_that_takes_and_gives_back_focus(
     expect(page.locator("nav.sidebar")).to_be_hidden()
 
 
+@pytest.mark.slow
 def test_the_open_sessions_row_is_marked_current_and_stays_so_after_a_live_swap(
     server, page, login, open_live, alice, ops
 ):
