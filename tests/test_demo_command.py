@@ -31,6 +31,7 @@ def listening(port: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # starts the whole demo (an agent and a server): with the long checks
 def test_the_demo_started_from_a_script_stops_on_ctrl_c_and_says_so(tmp_path: Path):
     port, agent_port = free_port(), free_port()
     env = clean_environment(ONLOOKER_DATA_DIR=str(tmp_path))
