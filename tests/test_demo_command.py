@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, clean_environment, free_port
+from tests.processes import ROOT, clean_environment, free_port, stop
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -58,12 +58,7 @@ def test_the_demo_started_from_a_script_stops_on_ctrl_c_and_says_so(tmp_path: Pa
     finally:
         if process.poll() is None:
             # A stop request still stops its children; a kill would leave them running.
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, timeout=STOP_TIMEOUT)
 
     output = log_path.read_text()
     assert code == 0, output
