@@ -58,6 +58,15 @@ def revision(interaction: Interaction) -> int:
     return Card.objects.get(session=interaction.task.session_id).revision
 
 
+def asking_peer(start):
+    """A real a2a-sdk agent registered for team ops, waiting for an approval: (the peer, the
+    open interaction). `start` is the start_peer fixture."""
+    peer = start()
+    registration = add_agent(peer.card_url, "--team", "ops")
+    task = wait_for_approval(peer, registration)
+    return peer, Interaction.objects.get(task__task_id=task["id"])
+
+
 # -- against a real a2a-sdk agent that restarts -----------------------------------------------
 
 
@@ -67,10 +76,7 @@ def test_a_question_the_restarted_agent_forgot_is_dismissed_with_a_note(
     ops,
     approvers,
 ):
-    peer = start_peer()
-    registration = add_agent(peer.card_url, "--team", "ops")
-    task = wait_for_approval(peer, registration)
-    interaction = Interaction.objects.get(task__task_id=task["id"])
+    peer, interaction = asking_peer(start_peer)
     alice = person("alice", ops, approvers)
     # The agent restarts on the same address and keeps its tasks in memory only.
     peer.stop()
@@ -118,10 +124,7 @@ def test_dismissing_a_question_the_agent_still_waits_for_is_refused_and_changes_
     ops,
     approvers,
 ):
-    peer = start_peer()
-    registration = add_agent(peer.card_url, "--team", "ops")
-    task = wait_for_approval(peer, registration)
-    interaction = Interaction.objects.get(task__task_id=task["id"])
+    peer, interaction = asking_peer(start_peer)
     before = revision(interaction)
 
     code, data = dismiss(person("alice", ops, approvers), interaction)
@@ -136,7 +139,7 @@ def test_dismissing_a_question_the_agent_still_waits_for_is_refused_and_changes_
     assert Session.objects.get(pk=interaction.task.session_id).needs_human is True
     assert notes(interaction) == []
     assert revision(interaction) == before
-    assert peer.get_task(task["id"])["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert peer.get_task(interaction.task.task_id)["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
 
 
 # -- against a scriptable agent ---------------------------------------------------------------
