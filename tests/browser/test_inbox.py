@@ -157,3 +157,34 @@ def test_an_empty_filter_says_so_and_clearing_it_shows_everything(browser, serve
         expect(page.locator(".tiles-empty")).to_have_count(0)
     finally:
         page.context.close()
+
+
+def test_a_question_answered_in_its_row_with_a_reason_reaches_the_agent_as_typed(
+    browser, server, ops, approvers
+):
+    with MisbehavingAgent() as stub:
+        stub.answer(ACCEPTED)
+        registered = make_agent(team=ops)
+        registered.agent.rpc_url = stub.rpc_url
+        registered.agent.extensions = list(profile.EXTENSIONS)
+        registered.agent.save()
+        region = approval("q-1", "Which region?", kind="question")
+        assert push_http(server, registered, status("INPUT_REQUIRED", at=1, metadata=region))
+        session = Interaction.objects.get().task.session_id
+        page = open_as(browser, member("alice", ops, approvers), server, "/")
+        try:
+            row = row_of(page, session)
+            row.locator("textarea[name=value]").fill("eu-west")
+            row.locator("summary", has_text="Reason").click()  # the disclosure in the row
+            row.locator("textarea[name=reason]").fill("Data must stay in the EU.")
+            row.locator("button", has_text="Send").click()
+
+            expect(row).to_have_count(0, timeout=10_000)
+            [message] = sent_messages(stub)
+            assert message["metadata"][profile.INTERACTIONS] == {
+                "interactionId": "q-1",
+                "value": "eu-west",
+            }
+            assert message["parts"] == [{"text": "eu-west"}, {"text": "Data must stay in the EU."}]
+        finally:
+            page.context.close()
