@@ -28,7 +28,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks import a2a_client, agents, broadcast, cards, ingest, message_parts, profile, protocol
+from tasks import a2a_client, agents, changes, ingest, message_parts, profile, protocol
 from tasks.models import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -279,12 +279,10 @@ def _changing(interaction: Interaction) -> Iterator[None]:
     questions, so it is re-derived (a new revision every browser takes) and the change is
     hinted after commit."""
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=interaction.task.session_id)
+        session = changes.lock(interaction.task.session_id)
         yield
-        session.derive_needs_human()
-        session.save(update_fields=["needs_human"])
-        cards.from_session(session, cards.recent_tasks(session))
-        broadcast.session_changed(session, team_id=interaction.task.session.agent.team_id)
+        changes.derive(session)
+        changes.publish(session, team_id=interaction.task.session.agent.team_id)
 
 
 def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:

@@ -251,7 +251,12 @@ class Task(models.Model):
 
 
 class Delivery(models.Model):
+    """A push as received: the durable inbox. The receiver stores it (pending) and answers;
+    the applier (applier.py) applies it and records its outcome. A pending delivery whose
+    apply failed keeps its error and is tried again at `retry_at`."""
+
     class Outcome(models.TextChoices):
+        PENDING = "pending", "received, not applied yet"
         APPLIED = "applied"
         STALE = "stale", "older than what is stored; state not applied"
         AFTER_TERMINAL = "after_terminal", "task already ended; logged only"
@@ -264,14 +269,24 @@ class Delivery(models.Model):
     kind = models.CharField(max_length=20)
     task_id = models.CharField(max_length=200, blank=True)
     body = models.TextField()
-    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
     warnings = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
     duplicates = models.PositiveIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    # Failed applies: how many, the last error, and when to try again (null: at once).
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["agent", "idempotency_key"], name="unique_delivery_key")
+        ]
+        indexes = [
+            # The applier's queue: only pending rows are indexed, so it stays small however
+            # many applied deliveries are kept.
+            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries")
         ]
 
     def __str__(self) -> str:

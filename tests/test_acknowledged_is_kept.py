@@ -115,7 +115,7 @@ def test_fragments_the_database_refuses_to_store_do_not_undo_the_push(database):
     response = push(Client(), registered, completed(), msg_id="msg_done")
 
     assert response.status_code == 200
-    assert response.json()["outcome"] == "applied"
+    assert response.json()["outcome"] == "accepted"
     assert kept()
     assert Task.objects.get().state == "TASK_STATE_COMPLETED"
     # The stale fragments were dropped, so nothing shows the session as it was before.
@@ -181,5 +181,5 @@ def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(d
     database.allow_all()
     retried = push(Client(), registered, completed(), msg_id="msg_retry")
     assert retried.status_code == 200
-    assert retried.json()["outcome"] == "applied"
+    assert retried.json()["outcome"] == "accepted"
     assert kept()
