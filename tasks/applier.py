@@ -78,8 +78,9 @@ def writing() -> Iterator[None]:
         yield
 
 
-def apply_batch(limit: int = BATCH) -> Batch:
-    """Claim due pending deliveries and apply them; see the module's docstring."""
+def apply_batch(limit: int = BATCH, seconds: float | None = BATCH_SECONDS) -> Batch:
+    """Claim due pending deliveries and apply them, taking no more after `seconds` (None:
+    all claimed); see the module's docstring."""
     batch = Batch()
     nowait = connection.vendor == "postgresql"
     now = timezone.now()
@@ -96,7 +97,7 @@ def apply_batch(limit: int = BATCH) -> Batch:
         failures: list[tuple[Delivery, Exception]] = []
         started = time.monotonic()
         for delivery in claimed:
-            if time.monotonic() - started > BATCH_SECONDS and changed:
+            if seconds is not None and time.monotonic() - started > seconds and changed:
                 break  # the rest stay pending (and, once this commits, unlocked)
             delivery.agent = agents[delivery.agent_id]
             try:
