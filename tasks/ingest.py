@@ -418,6 +418,10 @@ class _Applier:
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
         """The agent moved on from these: closed, keeping any decision sent to them (a call
         still in flight records its confirmation over this)."""
+        if task.state not in INTERRUPTED_STATES:
+            # Only a waiting task has pending interactions, and `task.state` is still the
+            # stored one here (this status's is set after): most pushes need no UPDATE.
+            return
         task.interactions.close(keep=keep)
 
     # -- transcript -----------------------------------------------------------------------
