@@ -52,10 +52,6 @@ _EXPECTED_STATE = {
 }
 
 
-# What an agent waits on, or what Onlooker may have told it: the agent's next status settles it.
-_PENDING = (Interaction.State.OPEN, Interaction.State.ANSWERING, Interaction.State.SENT)
-
-
 def _asked_again(interaction: Interaction, status: p.Status) -> bool:
     """Whether a current status asking this interaction asks it anew (a new round), rather
     than repeating the status that asked it (agents republish their task on every follow-up,
@@ -425,46 +421,30 @@ class _Applier:
             "asked_at": status.timestamp,
             "asked_message_id": status.message.message_id if status.message else "",
         }
-        interaction, created = Interaction.objects.get_or_create(
-            task=task,
-            interaction_id=opened.interaction_id,
-            defaults={
-                "kind": opened.kind,
-                "prompt": opened.prompt,
-                "detail": opened.detail,
-                "opened_at": at,
-                "state": Interaction.State.OPEN if current else Interaction.State.CLOSED,
-                **asking,
-            },
+        interaction, created = Interaction.objects.open(
+            task,
+            opened.interaction_id,
+            kind=opened.kind,
+            prompt=opened.prompt,
+            detail=opened.detail,
+            at=at,
+            current=current,
+            **asking,
         )
         if not current:
             return
         if not created and _asked_again(interaction, status):
-            if interaction.state == Interaction.State.OPEN:
-                changes = asking  # still waiting: only remember the latest asking
-            else:
-                # Asked anew: a new round, free of the last one's decision (its answer's
-                # message id is the round's, so the new answer is a new message).
-                changes = {
-                    **asking,
-                    "state": Interaction.State.OPEN,
-                    "round": interaction.round + 1,
-                    "answer": None,
-                    "answered_by": None,
-                    "answered_at": None,
-                    "reason": "",
-                    "last_error": "",
-                }
-            Interaction.objects.filter(pk=interaction.pk).update(**changes)
+            Interaction.objects.reopen(interaction, **asking)
         self._close_interactions(task, keep=interaction)
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
         """The agent moved on from these: closed, keeping any decision sent to them (a call
         still in flight records its confirmation over this)."""
-        pending = task.interactions.filter(state__in=_PENDING)
-        if keep is not None:
-            pending = pending.exclude(pk=keep.pk)
-        pending.update(state=Interaction.State.CLOSED)
+        if task.state not in INTERRUPTED_STATES:
+            # Only a waiting task has pending interactions, and `task.state` is still the
+            # stored one here (this status's is set after): most pushes need no UPDATE.
+            return
+        task.interactions.close(keep=keep)
 
     # -- transcript -----------------------------------------------------------------------
 
