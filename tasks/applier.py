@@ -88,10 +88,7 @@ def apply_batch(limit: int = BATCH, seconds: float | None = None) -> Batch:
         seconds = BATCH_SECONDS
     now = timezone.now()
     with writing(), transaction.atomic():
-        due = Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
-            Q(retry_at__isnull=True) | Q(retry_at__lte=now)
-        )
-        claimed = list(due.select_for_update(skip_locked=True).order_by("pk")[:limit])
+        claimed = list(_due().select_for_update(skip_locked=True).order_by("pk")[:limit])
         batch.claimed = len(claimed)
         if not claimed:
             return batch
@@ -184,17 +181,24 @@ def drain() -> int:
     while True:
         batch = apply_batch()
         applied += batch.applied
-        if batch.claimed == 0:
-            return applied
         if batch.applied or batch.failed:
             waits = 0
             continue
-        # Everything claimed belongs to sessions another process is applying: give it a
-        # moment, then leave the rest to the next poll.
-        waits += 1
-        if waits > 20:
-            return applied
-        time.sleep(0.01)
+        # Nothing claimed, or only deliveries of sessions another process is applying. Due
+        # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
+        # counted on its row, another applier finishing): look again shortly, a few times,
+        # then leave them to the next poll.
+        if (batch.claimed or _due().exists()) and waits < 20:
+            waits += 1
+            time.sleep(0.01)
+            continue
+        return applied
+
+
+def _due():
+    return Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
+        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now())
+    )
 
 
 class Background:
