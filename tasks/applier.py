@@ -175,6 +175,14 @@ def _failed(delivery: Delivery, error: Exception, now) -> None:
     )
 
 
+def retry_now(deliveries) -> int:
+    """Have pending deliveries (a queryset) applied now rather than at their next retry, say
+    once what made them fail is fixed; returns how many."""
+    count = deliveries.filter(outcome=Delivery.Outcome.PENDING).update(retry_at=None)
+    wake()
+    return count
+
+
 def drain() -> int:
     """Apply batches until nothing due is left; returns how many deliveries were applied."""
     applied = waits = 0
