@@ -135,12 +135,14 @@ class Locked:
         self.nowait = nowait
         self.sessions: dict[int, Session] = {}
         self.tasks: dict[tuple[int, str], Task] = {}
+        self.forgot = False
 
     def forget(self) -> None:
         """A delivery was rolled back: what it changed of these objects in memory is not in
         the database, so they are read again (the row locks stay: the transaction goes on)."""
         self.sessions.clear()
         self.tasks.clear()
+        self.forgot = True
 
     def session(self, session_id: int) -> Session:
         session = self.sessions.get(session_id)
@@ -172,7 +174,8 @@ def derive(appliers: list[_Applier]) -> None:
     The latest applied note becomes the card's receipt if it changed the card; the others
     never reached the card, so they are kept as the agent said them."""
     session = appliers[-1].session
-    session.refresh_from_db()  # as committed by its deliveries, whatever a failed one left
+    if appliers[-1].locked.forgot:
+        session.refresh_from_db()  # as its deliveries left it, whatever a failed one did
     noted = [a for a in appliers if a.note is not None]
     for applier in noted[:-1]:
         applier.keep_note_as_said()
