@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from tasks import broadcast
@@ -44,13 +43,18 @@ class FakeTime:
 
 
 class Listener:
-    """A channel in a group of its own on the real layer: what the coalescer sent to it."""
+    """A channel in a group of its own on the real layer: what the coalescer sent to it.
+
+    It receives on one event loop of its own: the Redis layer binds a channel's receive
+    buffer to the loop of its first receive, and async_to_sync would start a new one per
+    call."""
 
     def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
         self.layer = get_channel_layer()
         self.group = f"coalescer-{uuid.uuid4().hex}"
-        self.channel = async_to_sync(self.layer.new_channel)()
-        async_to_sync(self.layer.group_add)(self.group, self.channel)
+        self.channel = self.loop.run_until_complete(self.layer.new_channel())
+        self.loop.run_until_complete(self.layer.group_add(self.group, self.channel))
 
     def heard(self) -> list[tuple[int, int]]:
         """(session, revision) of every message sent so far, in the order the layer got them."""
@@ -64,7 +68,11 @@ class Listener:
                     return messages
                 messages.append((wired["session"], json.loads(wired["text"])["revision"]))
 
-        return async_to_sync(drain)()
+        return self.loop.run_until_complete(drain())
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.layer.group_discard(self.group, self.channel))
+        self.loop.close()
 
 
 def hint(session: int, revision: int) -> dict:
@@ -82,8 +90,10 @@ def coalescer(fake: FakeTime) -> broadcast._Coalescer:
 
 
 @pytest.fixture
-def listener() -> Listener:
-    return Listener()
+def listener() -> Iterator[Listener]:
+    heard = Listener()
+    yield heard
+    heard.close()
 
 
 def test_a_burst_sends_the_first_hint_at_once_and_only_the_newest_after_the_interval(
