@@ -1,4 +1,5 @@
-"""ASGI entry point: pushes answered by `PushReceiver`, static files served by the app itself
+"""ASGI entry point: pushes answered by `PushReceiver` and applied by this process's applier
+thread (tasks/applier.py), static files served by the app itself
 (one process to run, nothing to collect), other HTTP through Django, and the live socket at
 /ws/live/ behind session authentication and an exact origin check (tasks/origins.py)."""
 
@@ -15,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from tasks import applier  # noqa: E402
 from tasks.consumers import LiveConsumer  # noqa: E402
 from tasks.origins import ExactOriginValidator  # noqa: E402
 from tasks.webhooks import PushReceiver  # noqa: E402
@@ -27,3 +29,6 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# This process's applier: pushes it receives are applied by it, at once, in batches under load.
+applier.start()

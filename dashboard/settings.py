@@ -103,6 +103,14 @@ SECRET_KEY = _secret_key()
 
 ONLOOKER_PUBLIC_URL = env_url("ONLOOKER_PUBLIC_URL", "http://127.0.0.1:8000")
 ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
+# Who applies received pushes (tasks/applier.py): a thread in each server process
+# ("background"), or only `manage.py apply_deliveries` ("external"); "inline" applies on the
+# request that received the push (the tests' mode).
+ONLOOKER_APPLIER = os.environ.get("ONLOOKER_APPLIER", "").strip() or "background"
+if ONLOOKER_APPLIER not in ("background", "external", "inline"):
+    raise ImproperlyConfigured(
+        f"ONLOOKER_APPLIER must be background, external or inline, not {ONLOOKER_APPLIER!r}"
+    )
 
 _public_host = urlsplit(ONLOOKER_PUBLIC_URL).hostname or "localhost"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", sorted({_public_host, "localhost", "127.0.0.1", "[::1]"}))

@@ -231,7 +231,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    list_display = ("received_at", "agent", "kind", "task_id", "outcome", "duplicates")
+    list_display = (
+        "received_at",
+        "agent",
+        "kind",
+        "task_id",
+        "outcome",
+        "duplicates",
+        "attempts",
+        "retry_at",
+        "last_error",
+    )
+    # "pending" with attempts: deliveries whose apply failed, waiting for their retry.
     list_filter = ("outcome", "kind", "agent")
     search_fields = ("task_id", "idempotency_key")
     date_hierarchy = "received_at"

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from tasks import a2a_client, broadcast, fragments
+from tasks import a2a_client, changes, fragments
 from tasks.models import Agent, PushEndpoint, Session, digest
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ def restore_fragments(agent_id: int) -> int:
             )
             if session is None:
                 continue  # deleted meanwhile
-            broadcast.session_changed(session, team_id=session.agent.team_id)
+            changes.publish(session, team_id=session.agent.team_id)
             stored += 1
     return stored
 

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks import a2a_client, agents, broadcast, cards, ingest, message_parts, profile, protocol
+from tasks import a2a_client, agents, changes, ingest, message_parts, profile, protocol
 from tasks.models import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 
 PERMISSION = "tasks.answer_interaction"
 MAX_VALUE = 4_000  # characters in a typed answer, and in a reason beside it
-STALE_CLAIM = Interaction.STALE_CLAIM
 
 
 class AnswerError(Exception):
@@ -161,10 +159,6 @@ class _Claim:
     bound: Interaction  # as claimed: its round, and the decision to send, who made it, when
     first: bool  # no earlier attempt can have reached the agent
 
-    @property
-    def round(self) -> int:
-        return self.bound.round
-
 
 def answer(user, interaction: Interaction, decision: Decision) -> Interaction:
     """Send `decision` to the agent as the answer to one interaction (from `visible`): the
@@ -279,12 +273,10 @@ def _changing(interaction: Interaction) -> Iterator[None]:
     questions, so it is re-derived (a new revision every browser takes) and the change is
     hinted after commit."""
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=interaction.task.session_id)
+        session = changes.lock(interaction.task.session_id)
         yield
-        session.derive_needs_human()
-        session.save(update_fields=["needs_human"])
-        cards.from_session(session, cards.recent_tasks(session))
-        broadcast.session_changed(session, team_id=interaction.task.session.agent.team_id)
+        changes.derive(session)
+        changes.publish(session, team_id=interaction.task.session.agent.team_id)
 
 
 def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
@@ -292,25 +284,20 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
     (sent and not confirmed, or claimed by a process that died). Refuses anything else."""
     now = timezone.now()
     with _changing(interaction):
-        claimed = Interaction.objects.filter(pk=interaction.pk, state=Interaction.State.OPEN)
-        # Under the session lock no other writer moves it between this read and the update.
+        # Under the session lock no other writer moves it between this read and the update;
+        # the claim names the round read, so it never takes a round the person did not see.
         current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
-        if claimed.update(
-            state=Interaction.State.ANSWERING,
-            answered_by=user,
-            answered_at=now,  # when the claim was made, then when it was sent
-            answer=decision.as_json(),
-            reason=decision.reason,
+        if Interaction.objects.claim(
+            current, by=user, answer=decision.as_json(), reason=decision.reason, at=now
         ):
             return _Claim(bound=_bound(interaction), first=True)
-        if current.unconfirmed and current.answer == decision.as_json():
-            stale = Q(state=Interaction.State.ANSWERING, answered_at__lt=now - STALE_CLAIM)
-            retry = Interaction.objects.filter(
-                Q(state=Interaction.State.SENT) | stale, pk=interaction.pk, round=current.round
-            )
-            if retry.update(state=Interaction.State.ANSWERING, answered_at=now):
-                log.info("%s sends the answer to interaction %s again", user, interaction.pk)
-                return _Claim(bound=_bound(interaction), first=False)
+        if (
+            current.unconfirmed
+            and current.answer == decision.as_json()
+            and Interaction.objects.reclaim(current, at=now)
+        ):
+            log.info("%s sends the answer to interaction %s again", user, interaction.pk)
+            return _Claim(bound=_bound(interaction), first=False)
     raise AlreadyAnswered(_refusal(current))
 
 
@@ -335,30 +322,12 @@ def _refusal(current: Interaction) -> str:
     return f"Already answered: {current.outcome}."
 
 
-def _forgotten(claim: _Claim, forgot: bool) -> dict:
-    """The mark that offers "Dismiss", for the round the agent said it does not know."""
-    return {"forgotten_round": claim.round} if forgot else {}
-
-
 def _release(interaction: Interaction, claim: _Claim, error: str, *, forgot: bool = False) -> None:
     """Nothing reached the agent: the question is open again, for any decision."""
     log.warning("answer to interaction %s not sent: %s", interaction.pk, error)
     with _changing(interaction):
-        Interaction.objects.filter(
-            pk=interaction.pk, round=claim.round, state=Interaction.State.ANSWERING
-        ).update(
-            state=Interaction.State.OPEN,
-            answered_by=None,
-            answered_at=None,
-            answer=None,
-            reason="",
-            last_error=error[:2_000],
-            **_forgotten(claim, forgot),
-        )
-        # Closed by the agent meanwhile: it moved on without this answer, which never left.
-        Interaction.objects.filter(
-            pk=interaction.pk, round=claim.round, state=Interaction.State.CLOSED
-        ).update(answered_by=None, answered_at=None, answer=None, reason="")
+        # Closed by the agent meanwhile, it stays closed: it moved on without this answer.
+        Interaction.objects.release(claim.bound, error=error, forgotten=forgot)
 
 
 def _unconfirmed(
@@ -367,28 +336,19 @@ def _unconfirmed(
     """The agent may have the answer: bound to it, sent and not confirmed."""
     log.warning("answer to interaction %s not confirmed: %s", interaction.pk, error)
     with _changing(interaction):
-        Interaction.objects.filter(
-            pk=interaction.pk, round=claim.round, state=Interaction.State.ANSWERING
-        ).update(
-            state=Interaction.State.SENT, last_error=error[:2_000], **_forgotten(claim, forgot)
-        )
+        Interaction.objects.record_sent(claim.bound, error=error, forgotten=forgot)
 
 
 def _record(interaction: Interaction, claim: _Claim) -> Interaction:
     """The agent took it. Also when its next status already closed the question meanwhile
     (a push can overtake the reply): it was answered, and the agent confirmed."""
     with _changing(interaction):
-        Interaction.objects.filter(
-            pk=interaction.pk,
-            round=claim.round,
-            state__in=[Interaction.State.ANSWERING, Interaction.State.CLOSED],
-        ).update(state=Interaction.State.ANSWERED, answered_at=timezone.now(), last_error="")
+        Interaction.objects.record_answered(claim.bound, at=timezone.now())
     return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
 
 
 # -- dismissing what the agent no longer knows ----------------------------------------------
 
-DISMISSABLE = (Interaction.State.OPEN, Interaction.State.SENT)
 NOTE_PROMPT_CHARS = 80  # of the prompt, in the transcript's one-line note
 
 
@@ -405,7 +365,7 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
     if not may_answer(user):
         raise NotAllowed("You may see this, but not dismiss it: ask for the approver role.")
     current = _bound(interaction)
-    if current.state not in DISMISSABLE:
+    if current.state not in Interaction.DISMISSABLE:
         raise AlreadyAnswered(_refusal(current))
     agent, task = interaction.task.session.agent, interaction.task
     forgotten_round: int | None = current.round
@@ -438,13 +398,8 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
         forgotten_round = None
     now = timezone.now()
     with _changing(interaction):
-        dismissed = Interaction.objects.filter(
-            pk=interaction.pk, round=current.round, state__in=DISMISSABLE
-        ).update(
-            state=Interaction.State.DISMISSED,
-            dismissed_by=user,
-            dismissed_at=now,
-            forgotten_round=forgotten_round,
+        dismissed = Interaction.objects.dismiss(
+            current, by=user, at=now, forgotten_round=forgotten_round
         )
         after = _bound(interaction)
         why = after.dismissed_because

@@ -1,4 +1,5 @@
 """The only place that talks to the channel layer: hints to browsers, sent after commit.
+It only sends: what a hint carries is made and stored by fragments.py.
 
 A broadcast is a hint, never the truth: browsers drop anything older than the revision they
 show and refetch over HTTP on every (re)connect, so a message lost here (a channel layer that
@@ -20,10 +21,6 @@ import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
-
-from tasks import fragments, states
-from tasks.models import Session
 
 log = logging.getLogger(__name__)
 MIN_INTERVAL = 0.1  # seconds between two messages about one session (≤ 10 per second)
@@ -37,61 +34,10 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
-def snapshot(session: Session, stored: fragments.Stored | None = None) -> dict:
-    """What a browser needs to show a session: its fragments with the card revision they
-    show (`stored` just now, or as kept: load `session` with select_related("card", "view")).
-    The live message and the HTTP refetch are this same dict."""
-    card = stored.card if stored else getattr(session, "card", None)
-    return {
-        "type": "card.changed",
-        "session": session.pk,
-        "agent": session.agent_id,
-        "title": str(session),
-        "revision": card.revision if card else 0,
-        "hasCard": card is not None and not card.is_cleared,
-        "state": session.state,
-        # In the words the pages show: screen readers announce it.
-        "stateLabel": states.of_session(session.state, card.facts if card else None).words,
-        "needsHuman": session.needs_human,
-        "updatedAt": session.updated_at.isoformat(),
-        "html": stored.html if stored else fragments.of(session),
-    }
-
-
-def session_changed(session: Session, *, team_id: int | None) -> None:
-    """Call at the end of the transaction that changed the session: its fragments are
-    rendered and stored with the change, and the hint is sent after commit.
-
-    Nothing here may undo the change it follows: the fragments are stored in a savepoint, so
-    a failure (a template error, a database error) rolls back only them. A database error
-    caught without one would leave the caller's transaction marked for rollback, and the
-    change it reports as done would be lost. Fragments that could not be stored are dropped,
-    so pages render afresh instead of showing what the session was before."""
-    try:
-        with transaction.atomic():
-            stored: fragments.Stored | None = fragments.store(session)
-    except Exception:  # noqa: BLE001 - only the fragments were rolled back; pages re-render
-        log.exception("could not store the fragments of session %s", session.pk)
-        stored = None
-        try:
-            with transaction.atomic():
-                fragments.forget(session)
-        except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
-            log.exception("could not drop the stale fragments of session %s", session.pk)
-
-    def send() -> None:
-        try:
-            if stored is None:  # render what was committed, not what this object caches
-                shown = Session.objects.select_related("agent", "card", "view").get(pk=session.pk)
-                message = snapshot(shown)
-            else:
-                message = snapshot(session, stored)
-        except Exception:  # noqa: BLE001 - a broken hint must not fail a committed push
-            log.exception("could not build the live message for session %s", session.pk)
-            return
-        coalescer.offer(session.pk, [team_group(team_id), session_group(session.pk)], message)
-
-    transaction.on_commit(send)
+def hint(session_id: int, team_id: int | None, message: dict) -> None:
+    """Tell the session's watchers (its team's screens and its own page) what it shows now;
+    call after commit (fragments.changed does)."""
+    coalescer.offer(session_id, [team_group(team_id), session_group(session_id)], message)
 
 
 def wire(message: dict) -> dict:

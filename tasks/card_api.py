@@ -9,7 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from tasks import broadcast, cards, ingest, json_safety
+from tasks import cards, changes, ingest, json_safety
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
 
@@ -97,17 +97,14 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
         return _error(400, error.message, error.field)
     now = timezone.now()
     with transaction.atomic():
-        session, _ = Session.objects.get_or_create(
-            agent=agent, context_id=key, defaults={"updated_at": now}
-        )
-        session = Session.objects.select_for_update().get(pk=session.pk)
+        session = changes.open_session(agent, key, at=now)
         card = cards.store_written(session, plan, markdown).card
         if card is not None:
             # The transcript's one writer of the agent side keeps the receipt.
             ingest.card_receipt(session, card, at=now)
             session.updated_at = now
             session.save(update_fields=["updated_at"])
-            broadcast.session_changed(session, team_id=agent.team_id)
+            changes.publish(session, team_id=agent.team_id)
     return JsonResponse(
         {
             "revision": card.revision if card else None,

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 from django.template.loader import render_to_string
 
-from tasks import models, states
+from tasks import broadcast, models, states
 from tasks.models import Agent, Card, Session, SessionView
 
 log = logging.getLogger(__name__)
@@ -118,3 +119,60 @@ def one(session: Session, key: str) -> str:
     if key == "tile":
         context["card_html"] = _tile_card(context)
     return render_to_string(PARTIALS[key], context)
+
+
+def snapshot(session: Session, stored: Stored | None = None) -> dict:
+    """What a browser needs to show a session: its fragments with the card revision they
+    show (`stored` just now, or as kept: load `session` with select_related("card", "view")).
+    The live message and the HTTP refetch are this same dict."""
+    card = stored.card if stored else getattr(session, "card", None)
+    return {
+        "type": "card.changed",
+        "session": session.pk,
+        "agent": session.agent_id,
+        "title": str(session),
+        "revision": card.revision if card else 0,
+        "hasCard": card is not None and not card.is_cleared,
+        "state": session.state,
+        # In the words the pages show: screen readers announce it.
+        "stateLabel": states.of_session(session.state, card.facts if card else None).words,
+        "needsHuman": session.needs_human,
+        "updatedAt": session.updated_at.isoformat(),
+        "html": stored.html if stored else of(session),
+    }
+
+
+def changed(session: Session, *, team_id: int | None) -> None:
+    """Call at the end of the transaction that changed the session (changes.py does): its
+    fragments are rendered and stored with the change, and the hint is sent after commit.
+
+    Nothing here may undo the change it follows: the fragments are stored in a savepoint, so
+    a failure (a template error, a database error) rolls back only them. A database error
+    caught without one would leave the caller's transaction marked for rollback, and the
+    change it reports as done would be lost. Fragments that could not be stored are dropped,
+    so pages render afresh instead of showing what the session was before."""
+    try:
+        with transaction.atomic():
+            stored: Stored | None = store(session)
+    except Exception:  # noqa: BLE001 - only the fragments were rolled back; pages re-render
+        log.exception("could not store the fragments of session %s", session.pk)
+        stored = None
+        try:
+            with transaction.atomic():
+                forget(session)
+        except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
+            log.exception("could not drop the stale fragments of session %s", session.pk)
+
+    def send() -> None:
+        try:
+            if stored is None:  # render what was committed, not what this object caches
+                shown = Session.objects.select_related("agent", "card", "view").get(pk=session.pk)
+                message = snapshot(shown)
+            else:
+                message = snapshot(session, stored)
+        except Exception:  # noqa: BLE001 - a broken hint must not fail a committed change
+            log.exception("could not build the live message for session %s", session.pk)
+            return
+        broadcast.hint(session.pk, team_id, message)
+
+    transaction.on_commit(send)

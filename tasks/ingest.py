@@ -1,5 +1,6 @@
-"""Apply one authenticated push to the store. The only writer of sessions, tasks,
-interactions, artifacts and the agent side of the transcript.
+"""Keep authenticated pushes (the inbox) and apply them to the store. The only writer of
+sessions, tasks, interactions, artifacts and the agent side of the transcript: `receive`
+keeps a push on its request, the applier (applier.py) calls `apply_delivery` later.
 
 Pushes arrive at least once and in any order, so every rule here is about converging:
 - the delivery log is keyed by (agent, idempotency key): a duplicate changes nothing;
@@ -21,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import broadcast, cards, json_safety, message_parts, profile
+from tasks import cards, changes, json_safety, message_parts, profile
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -49,10 +50,6 @@ _EXPECTED_STATE = {
     "connection": TaskState.AUTH_REQUIRED,
     "question": TaskState.INPUT_REQUIRED,
 }
-
-
-# What an agent waits on, or what Onlooker may have told it: the agent's next status settles it.
-_PENDING = (Interaction.State.OPEN, Interaction.State.ANSWERING, Interaction.State.SENT)
 
 
 def _asked_again(interaction: Interaction, status: p.Status) -> bool:
@@ -97,9 +94,51 @@ class Result:
     duplicate: bool
 
 
-def apply(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Result:
-    """Store the delivery and apply its event in one transaction; broadcast after commit."""
-    return _apply(endpoint.agent, endpoint, key, body, event)
+def receive(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Result:
+    """Keep an authenticated, parsed push in the inbox, pending: the only work a push does
+    on its request. Once this returns the delivery is committed, so the agent's 2xx means
+    "kept"; the applier applies it (applier.py). A second copy of a key is a duplicate."""
+    try:
+        with transaction.atomic():
+            delivery = Delivery.objects.create(
+                agent_id=endpoint.agent_id,
+                endpoint=endpoint,
+                idempotency_key=key,
+                received_at=timezone.now(),
+                kind=event.kind,
+                task_id=event.task_id,
+                body=body.decode(),
+            )
+    except IntegrityError:
+        duplicate = _duplicate(endpoint.agent_id, key)
+        if duplicate is None:
+            raise
+        return duplicate
+    return Result(delivery, duplicate=False)
+
+
+def _duplicate(agent_id: int, key: str) -> Result | None:
+    """The delivery already kept under this key, counted once more; None if there is none
+    (the IntegrityError was about something else)."""
+    delivery = Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).first()
+    if delivery is None:
+        return None
+    Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
+    return Result(delivery, duplicate=True)
+
+
+def apply_delivery(delivery: Delivery, event: p.Event, *, nowait: bool = False) -> Session | None:
+    """Apply a stored delivery's event (the applier's step, in its transaction) and record
+    the outcome on the delivery; returns the session it changed. The caller publishes the
+    session once it has applied everything it will apply to it (changes.publish)."""
+    applier = _Applier(delivery.agent, delivery.received_at, nowait=nowait)
+    delivery.outcome = applier.run(event)
+    delivery.warnings = applier.warnings
+    delivery.applied_at = timezone.now()
+    delivery.last_error = ""
+    delivery.retry_at = None
+    delivery.save(update_fields=["outcome", "warnings", "applied_at", "last_error", "retry_at"])
+    return applier.session
 
 
 def apply_fetched(agent: Agent, task: dict) -> Result:
@@ -127,38 +166,27 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
             f"the {member} nests too deeply: Onlooker keeps at most {json_safety.MAX_DEPTH} levels",
         ) from None
     event = p.parse(body)
-    return _apply(agent, None, f"fetched:{hashlib.sha256(body).hexdigest()}", body, event)
-
-
-def _apply(
-    agent: Agent, endpoint: PushEndpoint | None, key: str, body: bytes, event: p.Event
-) -> Result:
-    now = timezone.now()
+    key = f"fetched:{hashlib.sha256(body).hexdigest()}"
+    # Its caller acts on what the agent said: stored and applied at once, in one transaction,
+    # rather than through the inbox.
     try:
         with transaction.atomic():
-            applier = _Applier(agent, now)
-            outcome = applier.run(event)
-            # Inserted last, with its outcome: the unique key refuses a second copy, and a
-            # duplicate (sequential or concurrent) rolls its whole transaction back.
             delivery = Delivery.objects.create(
                 agent=agent,
-                endpoint=endpoint,
                 idempotency_key=key,
-                received_at=now,
+                received_at=timezone.now(),
                 kind=event.kind,
                 task_id=event.task_id,
                 body=body.decode(),
-                outcome=outcome,
-                warnings=applier.warnings,
             )
-            if applier.session is not None:
-                broadcast.session_changed(applier.session, team_id=agent.team_id)
+            session = apply_delivery(delivery, event)
+            if session is not None:
+                changes.publish(session, team_id=agent.team_id)
     except IntegrityError:
-        delivery = Delivery.objects.filter(agent=agent, idempotency_key=key).first()
-        if delivery is None:
+        duplicate = _duplicate(agent.pk, key)
+        if duplicate is None:
             raise
-        Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
-        return Result(delivery, duplicate=True)
+        return duplicate
     return Result(delivery, duplicate=False)
 
 
@@ -178,7 +206,8 @@ def _parts_digest(parts: list[dict]) -> str:
 @dataclass
 class _Applier:
     agent: Agent
-    now: datetime
+    now: datetime  # when the delivery was received
+    nowait: bool = False
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
     # The applied status's note message and time: what a card receipt is kept as.
@@ -207,26 +236,29 @@ class _Applier:
     def _lock_task(self, task_id: str, context_id: str) -> Task:
         # One lock order everywhere: a writer locks the session row first and everything
         # under it (tasks, interactions, transcript) is then serialized by that lock.
-        session = (
-            Session.objects.select_for_update(of=("self",))
-            .filter(agent=self.agent, tasks__task_id=task_id)
+        session_id = (
+            Task.objects.filter(agent=self.agent, task_id=task_id)
+            .values_list("session_id", flat=True)
             .first()
         )
-        if session is None:
-            session = self._lock_session(context_id)
-        self.session = session
+        if session_id is not None:
+            self.session = changes.lock(session_id, nowait=self.nowait)
+        else:
+            self.session = changes.open_session(
+                self.agent, context_id, at=self.now, nowait=self.nowait
+            )
         task, _ = Task.objects.get_or_create(
             agent=self.agent,
             task_id=task_id,
             defaults={
-                "session": session,
+                "session": self.session,
                 "state": TaskState.SUBMITTED,
                 "status_received_at": self.now,
             },
         )
-        if task.session_id != session.pk:
+        if task.session_id != self.session.pk:
             # Created meanwhile under another context: its own session is the one to lock.
-            self.session = Session.objects.select_for_update().get(pk=task.session_id)
+            self.session = changes.lock(task.session_id, nowait=self.nowait)
         # Keyed on the task, never on the context: some SDKs put a fresh contextId on
         # follow-up pushes, and the task's session is the one it started in.
         if context_id != self.session.context_id:
@@ -236,22 +268,8 @@ class _Applier:
             )
         return task
 
-    def _lock_session(self, context_id: str) -> Session:
-        session, _ = Session.objects.get_or_create(
-            agent=self.agent, context_id=context_id, defaults={"updated_at": self.now}
-        )
-        self.session = Session.objects.select_for_update().get(pk=session.pk)
-        return self.session
-
     def _refresh_session(self) -> None:
-        session = self.session
-        # The newest tasks (turns) hold everything the session and its card show.
-        tasks = cards.recent_tasks(session)
-        session.derive_state(tasks)
-        session.updated_at = self.now
-        session.save(update_fields=["state", "needs_human", "updated_at", "title"])
-        written = cards.from_session(session, tasks)
-        self._receipt(written)
+        self._receipt(changes.derive(self.session, updated_at=self.now))
 
     # -- card receipts --------------------------------------------------------------------
 
@@ -403,46 +421,30 @@ class _Applier:
             "asked_at": status.timestamp,
             "asked_message_id": status.message.message_id if status.message else "",
         }
-        interaction, created = Interaction.objects.get_or_create(
-            task=task,
-            interaction_id=opened.interaction_id,
-            defaults={
-                "kind": opened.kind,
-                "prompt": opened.prompt,
-                "detail": opened.detail,
-                "opened_at": at,
-                "state": Interaction.State.OPEN if current else Interaction.State.CLOSED,
-                **asking,
-            },
+        interaction, created = Interaction.objects.open(
+            task,
+            opened.interaction_id,
+            kind=opened.kind,
+            prompt=opened.prompt,
+            detail=opened.detail,
+            at=at,
+            current=current,
+            **asking,
         )
         if not current:
             return
         if not created and _asked_again(interaction, status):
-            if interaction.state == Interaction.State.OPEN:
-                changes = asking  # still waiting: only remember the latest asking
-            else:
-                # Asked anew: a new round, free of the last one's decision (its answer's
-                # message id is the round's, so the new answer is a new message).
-                changes = {
-                    **asking,
-                    "state": Interaction.State.OPEN,
-                    "round": interaction.round + 1,
-                    "answer": None,
-                    "answered_by": None,
-                    "answered_at": None,
-                    "reason": "",
-                    "last_error": "",
-                }
-            Interaction.objects.filter(pk=interaction.pk).update(**changes)
+            Interaction.objects.reopen(interaction, **asking)
         self._close_interactions(task, keep=interaction)
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
         """The agent moved on from these: closed, keeping any decision sent to them (a call
         still in flight records its confirmation over this)."""
-        pending = task.interactions.filter(state__in=_PENDING)
-        if keep is not None:
-            pending = pending.exclude(pk=keep.pk)
-        pending.update(state=Interaction.State.CLOSED)
+        if task.state not in INTERRUPTED_STATES:
+            # Only a waiting task has pending interactions, and `task.state` is still the
+            # stored one here (this status's is set after): most pushes need no UPDATE.
+            return
+        task.interactions.close(keep=keep)
 
     # -- transcript -----------------------------------------------------------------------
 
@@ -500,9 +502,11 @@ class _Applier:
         if message.task_id:
             task = Task.objects.filter(agent=self.agent, task_id=message.task_id).first()
         if task is not None:
-            self.session = Session.objects.select_for_update().get(pk=task.session_id)
+            self.session = changes.lock(task.session_id, nowait=self.nowait)
         elif message.context_id:
-            self._lock_session(message.context_id)
+            self.session = changes.open_session(
+                self.agent, message.context_id, at=self.now, nowait=self.nowait
+            )
         else:
             self.warnings.append("a message with neither a known taskId nor a contextId")
             return Delivery.Outcome.IGNORED

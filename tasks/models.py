@@ -1,19 +1,22 @@
 """What Onlooker keeps: agents, where they push, and the sessions their pushes build.
 
 Writers: `agents.py` registers agents and endpoints, `ingest.py` alone applies pushes to
-sessions, tasks, interactions, artifacts and the transcript. Nothing here writes on save.
+sessions, tasks, interactions, artifacts and the transcript; `answers.py` writes people's
+decisions. An interaction's state changes only through the transitions `Interaction.objects`
+names, which those two call. Nothing here writes on save.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.formats import time_format
 
@@ -251,7 +254,12 @@ class Task(models.Model):
 
 
 class Delivery(models.Model):
+    """A push as received: the durable inbox. The receiver stores it (pending) and answers;
+    the applier (applier.py) applies it and records its outcome. A pending delivery whose
+    apply failed keeps its error and is tried again at `retry_at`."""
+
     class Outcome(models.TextChoices):
+        PENDING = "pending", "received, not applied yet"
         APPLIED = "applied"
         STALE = "stale", "older than what is stored; state not applied"
         AFTER_TERMINAL = "after_terminal", "task already ended; logged only"
@@ -264,28 +272,210 @@ class Delivery(models.Model):
     kind = models.CharField(max_length=20)
     task_id = models.CharField(max_length=200, blank=True)
     body = models.TextField()
-    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
     warnings = models.JSONField(decoder=StoredJSONDecoder, default=list, blank=True)
     duplicates = models.PositiveIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    # Failed applies: how many, the last error, and when to try again (null: at once).
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["agent", "idempotency_key"], name="unique_delivery_key")
         ]
+        indexes = [
+            # The applier's queue: only pending rows are indexed, so it stays small however
+            # many applied deliveries are kept.
+            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries")
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.task_id} ({self.outcome})"
 
 
+class InteractionQuerySet(models.QuerySet):
+    """The transitions of an interaction (see `Interaction`), the only writes of its state.
+
+    Each is one conditional UPDATE whose WHERE names the states it leaves and the round it
+    belongs to, and returns whether it changed anything: a writer that read an older round,
+    or a state another writer has since left, changes nothing and is told so. Callers hold
+    the session's row lock (one lock order everywhere); the WHERE is what still holds where
+    that lock is not enforced (SQLite) and against a caller that read before taking it."""
+
+    def _row(self, interaction: Interaction, *states: str) -> InteractionQuerySet:
+        return self.filter(pk=interaction.pk, round=interaction.round, state__in=states)
+
+    def open(
+        self,
+        task: Task,
+        interaction_id: str,
+        *,
+        kind: str,
+        prompt: str,
+        detail: object,
+        at: datetime,
+        asked_at: datetime | None,
+        asked_message_id: str,
+        current: bool,
+    ) -> tuple[Interaction, bool]:
+        """The interaction a status asks, created if new: open when the status is current,
+        closed when it is history (the agent asked it once and has moved on since). An
+        existing one is returned as it is: whether it is asked anew is `reopen`'s."""
+        State = Interaction.State
+        return self.get_or_create(
+            task=task,
+            interaction_id=interaction_id,
+            defaults={
+                "kind": kind,
+                "prompt": prompt,
+                "detail": detail,
+                "opened_at": at,
+                "state": State.OPEN if current else State.CLOSED,
+                "asked_at": asked_at,
+                "asked_message_id": asked_message_id,
+            },
+        )
+
+    def reopen(
+        self, interaction: Interaction, *, asked_at: datetime | None, asked_message_id: str
+    ) -> bool:
+        """The agent asks it anew (ingest decides that a status does): a new round, open and
+        free of the last round's decision, so the new answer is a new message. One still
+        open keeps its round and only remembers the latest asking. True for a new round."""
+        asking = {"asked_at": asked_at, "asked_message_id": asked_message_id}
+        State = Interaction.State
+        if interaction.state == State.OPEN:
+            self._row(interaction, State.OPEN).update(**asking)
+            return False
+        reopenable = [state for state in State.values if state != State.OPEN]
+        return bool(
+            self._row(interaction, *reopenable).update(
+                **asking,
+                state=State.OPEN,
+                round=F("round") + 1,
+                answer=None,
+                answered_by=None,
+                answered_at=None,
+                reason="",
+                last_error="",
+            )
+        )
+
+    def close(self, *, keep: Interaction | None = None) -> int:
+        """The agent moved on from these (all pending but `keep`): closed, keeping any
+        decision sent to them; a call still in flight records its confirmation over this.
+        How many it closed."""
+        pending = self.filter(state__in=Interaction.PENDING)
+        if keep is not None:
+            pending = pending.exclude(pk=keep.pk)
+        return pending.update(state=Interaction.State.CLOSED)
+
+    def claim(
+        self, interaction: Interaction, *, by: Any, answer: dict, reason: str, at: datetime
+    ) -> bool:
+        """A person's decision, taken before the agent is called: open → answering, bound
+        to `answer` from now on. True for the one caller that won."""
+        claimed = self._row(interaction, Interaction.State.OPEN).update(
+            state=Interaction.State.ANSWERING,
+            answered_by=by,
+            answered_at=at,  # when the claim was made, then when it was sent
+            answer=answer,
+            reason=reason,
+        )
+        return bool(claimed)
+
+    def reclaim(self, interaction: Interaction, *, at: datetime) -> bool:
+        """The bound decision sent again: sent and not confirmed, or claimed by a process
+        that died mid-call (a claim older than STALE_CLAIM) → answering. The caller checks
+        that the decision is the bound one. True for the one caller that won."""
+        State = Interaction.State
+        stale = Q(state=State.ANSWERING, answered_at__lt=at - Interaction.STALE_CLAIM)
+        retried = self._row(interaction, State.SENT, State.ANSWERING).filter(
+            Q(state=State.SENT) | stale
+        )
+        return bool(retried.update(state=State.ANSWERING, answered_at=at))
+
+    def _claimed(self, claim: Interaction, *states: str) -> InteractionQuerySet:
+        # A claim is its round and the time it was made: a retry after a stale claim is a
+        # claim of its own, which the stale one's late outcome must not undo.
+        return self._row(claim, *states).filter(answered_at=claim.answered_at)
+
+    def release(self, claim: Interaction, *, error: str, forgotten: bool = False) -> bool:
+        """Nothing of `claim` (the interaction as claimed) reached the agent: answering →
+        open, for any decision. One the agent closed meanwhile stays closed, without the
+        decision that never left. `forgotten`: the agent said it does not know the task,
+        which marks the round (people are offered "Dismiss"). True when it is open again."""
+        State = Interaction.State
+        undecided = {"answered_by": None, "answered_at": None, "answer": None, "reason": ""}
+        mark = {"forgotten_round": claim.round} if forgotten else {}
+        if self._claimed(claim, State.ANSWERING).update(
+            **undecided, state=State.OPEN, last_error=error[:2_000], **mark
+        ):
+            return True
+        self._claimed(claim, State.CLOSED).update(**undecided)
+        return False
+
+    def record_sent(self, claim: Interaction, *, error: str, forgotten: bool = False) -> bool:
+        """The call may have reached the agent, which did not confirm it: answering → sent,
+        still bound to the decision. True if it was `claim`'s to record."""
+        mark = {"forgotten_round": claim.round} if forgotten else {}
+        sent = self._claimed(claim, Interaction.State.ANSWERING).update(
+            state=Interaction.State.SENT, last_error=error[:2_000], **mark
+        )
+        return bool(sent)
+
+    def record_answered(self, claim: Interaction, *, at: datetime) -> bool:
+        """The agent took the decision: answering → answered. Also when its next status
+        closed the question meanwhile (a push can overtake the reply). Any attempt's
+        confirmation counts: every attempt of a round sends the same message."""
+        State = Interaction.State
+        answered = self._row(claim, State.ANSWERING, State.CLOSED).update(
+            state=State.ANSWERED, answered_at=at, last_error=""
+        )
+        return bool(answered)
+
+    def dismiss(
+        self, interaction: Interaction, *, by: Any, at: datetime, forgotten_round: int | None
+    ) -> bool:
+        """A person closed it, as no answer can reach the agent: open or sent → dismissed.
+        `forgotten_round`: the round the agent said it does not know the task, or None when
+        its task went on without it. True when this call dismissed it."""
+        dismissed = self._row(interaction, *Interaction.DISMISSABLE).update(
+            state=Interaction.State.DISMISSED,
+            dismissed_by=by,
+            dismissed_at=at,
+            forgotten_round=forgotten_round,
+        )
+        return bool(dismissed)
+
+
 class Interaction(models.Model):
     """One thing an agent waits for, and the one decision Onlooker sends it.
 
-    open → answering (a claim: the call is in flight) → answered (the agent confirmed), or
-    → sent (the call may have reached the agent but it did not confirm: a timeout, a dropped
-    connection, an error reply) or back to open (nothing reached the agent). From the claim
-    on, the interaction is bound to its decision until the agent's next status closes it or
-    really asks it again (a new round)."""
+    Its state changes only through the transitions of `Interaction.objects`, each a
+    conditional UPDATE guarded by the states it leaves and by its round, so a late writer
+    never touches a newer round. ingest.py, the agent's side, makes these:
+      open     the agent asks it: created open (closed, if the asking status is history);
+      reopen   the agent asks it anew, after any state but open: a new round, open again,
+               free of the last round's decision;
+      close    the agent moved on: open, answering or sent → closed, keeping any decision.
+    answers.py, people's side, the rest:
+      claim    a decision, before the call: open → answering, bound to it from now on;
+      reclaim  the bound decision sent again: sent, or a stale claim (a dead process) →
+               answering;
+      release  nothing reached the agent: answering → open, the decision dropped;
+      record_answered  the agent took it: answering → answered (closed → answered too: its
+               next status can overtake the reply);
+      record_sent      it may have reached the agent, unconfirmed: answering → sent;
+      dismiss  a person closed it, as no answer can reach the agent: open or sent →
+               dismissed.
+    From the claim on, the interaction is bound to its decision until the agent's next
+    status closes it or really asks it again. Only a task that waits (its state input or
+    auth required) has pending interactions: every current status that does not ask closes
+    them, and only a status that asks opens one."""
 
     class Kind(models.TextChoices):
         APPROVAL = "approval"
@@ -307,6 +497,10 @@ class Interaction(models.Model):
     # reached the agent, so it binds like a sent one. Far longer than any call can take
     # (a2a_client's timeouts are seconds).
     STALE_CLAIM = timedelta(minutes=2)
+    # What the agent waits on, or Onlooker may have told it: its next status settles these.
+    PENDING = (State.OPEN, State.ANSWERING, State.SENT)
+    # What a person may dismiss: nothing is in flight, and nothing was confirmed.
+    DISMISSABLE = (State.OPEN, State.SENT)
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="interactions")
     # An agent's id (≤ 200), or "text:" + the message id for a core agent's question.
@@ -341,6 +535,8 @@ class Interaction(models.Model):
         related_name="dismissed_interactions",
     )
     dismissed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InteractionQuerySet.as_manager()
 
     class Meta:
         constraints = [

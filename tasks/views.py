@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, broadcast, fragments, message_parts, states
+from tasks import activity, answers, board, fragments, message_parts, states
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 
@@ -321,7 +321,7 @@ def question_text(request: HttpRequest, interaction_id: int) -> HttpResponse:
 @api_login_required
 def session_card(request: HttpRequest, session_id: int) -> JsonResponse:
     """The session's current fragments: what a browser refetches on every (re)connect."""
-    snapshot = broadcast.snapshot(_visible_session(request, session_id))
+    snapshot = fragments.snapshot(_visible_session(request, session_id))
     del snapshot["type"]
     return JsonResponse(snapshot)
 

@@ -2,9 +2,10 @@
 
 Order of checks: known endpoint (404), size (413), credentials (401, before anything is
 parsed), content type (415), webhook-id (400), body (400). A refused request stores nothing
-but a count on the agent's `Refusal` row. An accepted one is committed before the 2xx goes
-out; one that could not be committed is a 503 (Standard Webhooks senders retry a 5xx), never
-a 2xx.
+but a count on the agent's `Refusal` row. An accepted one is committed to the inbox (a
+pending `Delivery`) before the 2xx goes out, and applied after by the applier (applier.py):
+`200 {"outcome": "accepted" | "duplicate", "delivery": id}`. One that could not be committed
+is a 503 (Standard Webhooks senders retry a 5xx), never a 2xx.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import a2a_client, broadcast, ingest, protocol
+from tasks import a2a_client, applier, broadcast, ingest, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,17 @@ def handle_push(
         return refused.status, refused.as_json()
     key = ingest.idempotency_key(headers.get("webhook-id"), body)
     try:
-        result = ingest.apply(endpoint, key, body, event)
+        with applier.writing():
+            result = ingest.receive(endpoint, key, body, event)
     except Exception:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
         log.exception("push not stored: agent=%s key=%s", endpoint.agent_id, key[:40])
         return 503, {
             "error": "not stored",
             "detail": "the delivery could not be stored and nothing of it was kept; send it again",
         }
-    outcome = "duplicate" if result.duplicate else result.delivery.outcome
+    if not result.duplicate:
+        applier.wake()
+    outcome = "duplicate" if result.duplicate else "accepted"
     return 200, {"outcome": outcome, "delivery": result.delivery.pk}
 
 

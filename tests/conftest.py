@@ -21,6 +21,9 @@ from tasks.models import Agent, PushEndpoint, Session
 from tests.builders import status
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
+# The `database` fixture (a database that refuses statements) for every test module.
+pytest_plugins = ["tests.refusing"]
+
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 

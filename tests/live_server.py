@@ -19,6 +19,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote, urlencode
@@ -29,6 +30,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
+from tasks.models import Delivery
 from tests.conftest import RegisteredAgent, encode, sign_headers
 from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
 
@@ -181,9 +183,12 @@ def push_http(
     *,
     msg_id: str | None = None,
     timeout: float = 10.0,
+    applied: bool = True,
 ) -> httpx.Response:
     """POST a push to the live server the way `tests.conftest.push` does through the test
-    client: Standard Webhooks signature if the agent signs, else its bearer credentials."""
+    client: Standard Webhooks signature if the agent signs, else its bearer credentials.
+    The server answers once it has kept the push; with `applied`, this returns once its
+    applier has applied it too, as the test client's pushes are."""
     raw = encode(body)
     headers = {"Content-Type": "application/json"}
     if registered.secret:
@@ -192,7 +197,20 @@ def push_http(
         headers["Authorization"] = f"Bearer {registered.bearer}"
         if msg_id:
             headers["webhook-id"] = msg_id
-    return httpx.post(server.url + registered.path, content=raw, headers=headers, timeout=timeout)
+    url = server.url + registered.path
+    response = httpx.post(url, content=raw, headers=headers, timeout=timeout)
+    if applied and response.status_code == 200 and response.json()["outcome"] == "accepted":
+        wait_applied(response.json()["delivery"], timeout=timeout)
+    return response
+
+
+def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
+    """Until the server's applier has applied the delivery (it shares the test's database)."""
+    deadline = time.monotonic() + timeout
+    while Delivery.objects.filter(pk=delivery_id, outcome=Delivery.Outcome.PENDING).exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"delivery {delivery_id} was not applied in {timeout} s")
+        time.sleep(0.01)
 
 
 __all__ = ["LiveServer", "push_http", "session_cookie", "child_database_url"]

@@ -10,6 +10,10 @@ from dashboard.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# A test's push is applied before its response arrives (the servers tests start as child
+# processes run the real background applier).
+ONLOOKER_APPLIER = "inline"
+
 # Test on a SQLite file, as the embedded default runs (WAL, IMMEDIATE transactions), so
 # threaded tests exercise the same locking; an in-memory database behaves differently.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405

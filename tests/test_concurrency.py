@@ -48,7 +48,7 @@ def test_same_push_sent_concurrently_is_applied_exactly_once():
     registered = make_agent()
     body = status("WORKING", at=1, text="only once")
     results = in_threads(lambda i: outcome(push(Client(), registered, body, msg_id="retry-1")))
-    assert sorted(results) == ["applied"] + ["duplicate"] * (THREADS - 1)
+    assert sorted(results) == ["accepted"] + ["duplicate"] * (THREADS - 1)
     delivery = Delivery.objects.get()
     assert delivery.duplicates == THREADS - 1
     assert Message.objects.count() == 1
@@ -59,7 +59,8 @@ def test_concurrent_pushes_creating_one_task_converge_on_one_session_and_task():
     results = in_threads(
         lambda i: outcome(push(Client(), registered, status("WORKING", at=i + 1, text=f"step {i}")))
     )
-    assert set(results) <= {"applied", "stale"}
+    assert set(results) == {"accepted"}
+    assert set(Delivery.objects.values_list("outcome", flat=True)) <= {"applied", "stale"}
     assert Session.objects.count() == 1
     task = Task.objects.get()
     assert task.status_message == f"step {THREADS - 1}"

@@ -70,7 +70,7 @@ def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, cha
     registered = make_agent(signing=True, team=ops)
     with LiveServer() as receiver, LiveServer() as other:
         first = push_http(receiver, registered, status("WORKING", at=1, text="Cloning"))
-        assert first.json()["outcome"] == "applied", receiver.log()
+        assert first.json()["outcome"] == "accepted", receiver.log()
         session = Session.objects.get()
         member, outsider = session_cookie(alice, other.url), session_cookie(charlie, other.url)
 
@@ -86,7 +86,7 @@ def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, cha
                     registered,
                     status("WORKING", at=2, text="Running the tests"),
                 )
-                assert answer.json()["outcome"] == "applied", receiver.log()
+                assert answer.json()["outcome"] == "accepted", receiver.log()
                 heard = await hints_about(watching, session, DELIVERY_TIMEOUT)
                 overheard = await hints_about(snooping, session, SILENCE)
             finally:

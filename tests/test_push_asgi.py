@@ -98,7 +98,7 @@ def test_chunked_body_within_the_limit_reaches_the_receiver(settings):
         return await respond(communicator)
 
     code, data = async_to_sync(scenario)()
-    assert (code, data["outcome"]) == (200, "applied")
+    assert (code, data["outcome"]) == (200, "accepted")
     assert Delivery.objects.get().body == raw.decode()
 
 
@@ -167,7 +167,7 @@ def test_asgi_path_answers_pushes_as_the_view_does():
     json_type = [(b"content-type", b"application/json")]
 
     code, headers, body = asgi_request(registered.path, json_type + signed, raw)
-    assert (code, json.loads(body)["outcome"]) == (200, "applied")
+    assert (code, json.loads(body)["outcome"]) == (200, "accepted")
     assert headers[b"content-type"] == b"application/json"
 
     code, _, body = asgi_request(registered.path, json_type + signed, raw)

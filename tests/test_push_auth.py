@@ -50,7 +50,7 @@ def frozen_clock():
 def test_signed_push_is_accepted(client, signed_agent):
     response = push(client, signed_agent, BODY)
     assert response.status_code == 200
-    assert response.json()["outcome"] == "applied"
+    assert response.json()["outcome"] == "accepted"
     assert Session.objects.get().context_id == "ctx-1"
 
 
@@ -161,7 +161,7 @@ def test_replayed_signed_push_is_a_duplicate_not_a_second_change(client, signed_
     headers = http(sign_headers(signed_agent.secret, raw, msg_id="msg_replay"))
     first = client.post(signed_agent.path, raw, content_type="application/json", **headers)
     second = client.post(signed_agent.path, raw, content_type="application/json", **headers)
-    assert (first.json()["outcome"], second.json()["outcome"]) == ("applied", "duplicate")
+    assert (first.json()["outcome"], second.json()["outcome"]) == ("accepted", "duplicate")
     assert Delivery.objects.get().duplicates == 1
 
 

@@ -136,7 +136,7 @@ def test_the_state_filter_offers_human_words_and_filters_by_the_a2a_value(team, 
 
 
 def test_the_live_message_announces_the_state_in_the_same_words(team):
-    from tasks.broadcast import snapshot
+    from tasks.fragments import snapshot
 
     send(team, status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?")))
     session = Session.objects.select_related("card", "view", "agent").get()

@@ -18,7 +18,7 @@ def test_live_server_shares_the_test_database_and_secret_key(alice, ops):
     signed, plain = make_agent(signing=True, team=ops), make_agent(team=ops, name="Plain")
     with LiveServer() as server:
         response = push_http(server, signed, status("WORKING", at=1, context="a"))
-        assert response.json()["outcome"] == "applied", server.log()
+        assert response.json()["outcome"] == "accepted", server.log()
         assert push_http(server, plain, status("WORKING", at=1, context="b")).status_code == 200
         # Written by the child, read here: the same database.
         assert set(Session.objects.values_list("context_id", flat=True)) == {"a", "b"}

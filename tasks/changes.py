@@ -1,0 +1,52 @@
+"""The one "session changed" step, taken by every writer of a session (the applier, answers,
+the card API, an agent's rename):
+
+1. lock the session row, first, always: everything under it (tasks, interactions, the
+   transcript, the card) is then serialized by that one lock, in one lock order;
+2. change what is under it;
+3. derive the session's state and card from its tasks (`derive`);
+4. store its fragments and hint browsers after commit (`publish`).
+
+Sessions are created only by `open_session`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tasks import cards, fragments
+from tasks.models import Agent, Session
+
+
+def open_session(agent: Agent, context_id: str, *, at: datetime, nowait: bool = False) -> Session:
+    """The agent's session for a context, created if new, locked."""
+    session, _ = Session.objects.get_or_create(
+        agent=agent, context_id=context_id, defaults={"updated_at": at}
+    )
+    return lock(session.pk, nowait=nowait)
+
+
+def lock(session_id: int, *, nowait: bool = False) -> Session:
+    """Lock a session's row for the rest of the transaction. `nowait`: raise instead of
+    waiting when another process holds it (an applier then leaves its deliveries for later
+    rather than queue behind, or deadlock with, another applier)."""
+    return Session.objects.select_for_update(nowait=nowait).get(pk=session_id)
+
+
+def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Written:
+    """The session's state, whether it needs a person, its title and its card, from what is
+    stored under it now. Call under its lock, after the change."""
+    tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
+    session.derive_state(tasks)
+    fields = ["state", "needs_human", "title"]
+    if updated_at is not None:
+        session.updated_at = updated_at
+        fields.append("updated_at")
+    session.save(update_fields=fields)
+    return cards.from_session(session, tasks)
+
+
+def publish(session: Session, *, team_id: int | None) -> None:
+    """The last step of a change: fragments stored with it, browsers hinted after commit.
+    A batch of changes to one session publishes once."""
+    fragments.changed(session, team_id=team_id)

@@ -1,0 +1,47 @@
+"""`python manage.py apply_deliveries [--once]`: the applier on its own.
+
+For deployments whose web processes only keep pushes (`ONLOOKER_APPLIER=external`), and for
+applying what is pending by hand. Safe beside other appliers on PostgreSQL: batches are
+claimed with SKIP LOCKED."""
+
+from __future__ import annotations
+
+import signal
+
+from django.core.management.base import BaseCommand, CommandError
+
+from tasks import applier
+
+
+class Command(BaseCommand):
+    help = "Apply received pushes: drain what is pending (--once) or keep applying until stopped."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--once", action="store_true", help="apply what is pending now, then exit"
+        )
+        parser.add_argument(
+            "--poll",
+            type=float,
+            default=0.2,
+            help="seconds between looks for new deliveries (default 0.2)",
+        )
+
+    def handle(self, *args, once: bool, poll: float, **options) -> None:
+        if poll <= 0:
+            raise CommandError("--poll must be more than 0 seconds")
+        if once:
+            applied = applier.drain()
+            self.stdout.write(f"Applied {applied} deliveries.")
+            return
+        worker = applier.Background(poll_seconds=poll)
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        self.stdout.write(f"Applying deliveries (looking every {poll} s); Ctrl-C to stop.")
+        worker.start()
+        try:
+            while worker.running:
+                worker.join(1.0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            worker.stop()

@@ -1,0 +1,175 @@
+"""The durable inbox and its applier: a push is kept on its request and applied after, in
+batches; a delivery whose apply fails is kept, marked and retried without stopping the others;
+each session a batch changed is published once; the background thread applies a lone push at
+once and what a crash left pending when it starts.
+
+These commit for real (`transaction=True`): the applier's thread has its own connection, and
+the database's triggers refuse only what commits.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from tasks import applier
+from tasks.models import Artifact, Delivery, Message, Session, SessionView, Task
+from tests.builders import artifact, status
+from tests.conftest import make_agent, push
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def kept_only(settings):
+    """Web processes that only keep pushes: nothing applies until the test says so."""
+    settings.ONLOOKER_APPLIER = "external"
+
+
+def accepted(response) -> int:
+    assert response.status_code == 200, response.content
+    answer = response.json()
+    assert set(answer) == {"outcome", "delivery"} and answer["outcome"] == "accepted", answer
+    return answer["delivery"]
+
+
+def wait_until(check, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not applied in time"
+        time.sleep(0.02)
+
+
+def test_a_push_is_kept_pending_and_acknowledged_before_it_is_applied(kept_only):
+    registered = make_agent()
+
+    delivery_id = accepted(push(Client(), registered, status("WORKING", at=1, text="Starting")))
+
+    delivery = Delivery.objects.get()
+    assert delivery.pk == delivery_id
+    assert (delivery.outcome, delivery.applied_at) == ("pending", None)
+    assert not Task.objects.exists() and not Session.objects.exists()
+
+    out = io.StringIO()
+    call_command("apply_deliveries", "--once", stdout=out)
+
+    assert "Applied 1 deliveries" in out.getvalue()
+    delivery.refresh_from_db()
+    assert delivery.outcome == "applied" and delivery.applied_at is not None
+    assert Task.objects.get().status_message == "Starting"
+    # A duplicate of a pending delivery is a duplicate too: the key is kept from the start.
+    again = push(Client(), registered, status("WORKING", at=1, text="Starting"))
+    assert again.json() == {"outcome": "duplicate", "delivery": delivery_id}
+
+
+def test_a_delivery_whose_apply_fails_is_kept_marked_retried_and_stops_nothing_else(
+    kept_only, database
+):
+    failing, other = make_agent(name="Failing"), make_agent(name="Other")
+    database.refuse("tasks_artifact", "INSERT")
+    broken = accepted(push(Client(), failing, artifact("report", "# Results")))
+    fine = accepted(push(Client(), other, status("WORKING", at=1, text="Still going")))
+
+    with time_machine.travel(T0, tick=False):
+        batch = applier.apply_batch()
+
+    assert (batch.applied, batch.failed) == (1, 1)
+    kept = Delivery.objects.get(pk=broken)
+    assert (kept.outcome, kept.attempts, kept.retry_at) == ("pending", 1, T0 + timedelta(seconds=5))
+    assert "refused by a test trigger" in kept.last_error
+    # Rolled back alone: nothing of the failed delivery, all of the other one.
+    assert not Task.objects.filter(agent=failing.agent).exists()
+    assert Delivery.objects.get(pk=fine).outcome == "applied"
+    assert Task.objects.get(agent=other.agent).status_message == "Still going"
+
+    with time_machine.travel(T0 + timedelta(seconds=4), tick=False):
+        assert applier.apply_batch().claimed == 0, "retried before its backoff was up"
+    with time_machine.travel(T0 + timedelta(seconds=6), tick=False):
+        again = applier.apply_batch()
+    assert (again.applied, again.failed) == (0, 1)
+    kept.refresh_from_db()
+    assert (kept.attempts, kept.retry_at) == (2, T0 + timedelta(seconds=6 + 10))
+
+    database.allow_all()
+    with time_machine.travel(T0 + timedelta(seconds=17), tick=False):
+        assert applier.drain() == 1
+    kept.refresh_from_db()
+    assert (kept.outcome, kept.last_error, kept.retry_at) == ("applied", "", None)
+    assert Artifact.objects.get(task__agent=failing.agent).parts == [{"text": "# Results"}]
+
+
+def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
+    registered = make_agent()
+    push(Client(), registered, status("SUBMITTED", at=0))
+    push(Client(), registered, status("SUBMITTED", task="t-2", context="ctx-2", at=0))
+    applier.drain()  # both sessions exist and have stored fragments
+    for second in range(1, 5):
+        push(Client(), registered, status("WORKING", at=second, text=f"step {second}"))
+    for second in range(1, 3):
+        push(Client(), registered, status("WORKING", task="t-2", context="ctx-2", at=second))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=None)  # however slow this machine is today
+
+    assert (batch.claimed, batch.applied, len(batch.sessions)) == (6, 6, 2)
+    writes = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "tasks_sessionview"')]
+    assert len(writes) == 2, [w[:60] for w in writes]
+    # ...showing where each session is now, not where the batch's first push left it.
+    view = SessionView.objects.get(session__context_id="ctx-1")
+    assert "step 4" in view.card and "step 1" not in view.card
+    assert Message.objects.filter(session__context_id="ctx-1").count() == 4
+
+
+@pytest.fixture
+def background(settings) -> Iterator[applier.Background]:
+    """This process's applier thread, polling too rarely to matter: what it applies within
+    the test, it applied because it started or because a push woke it."""
+    worker = applier.background
+    poll = worker.poll_seconds
+    worker.poll_seconds = 60.0
+    yield worker
+    worker.stop()
+    worker.poll_seconds = poll
+
+
+def test_the_background_applier_applies_what_a_crash_left_pending_when_it_starts(
+    settings, background
+):
+    settings.ONLOOKER_APPLIER = "external"  # a process that died before applying these
+    registered = make_agent()
+    left = [
+        accepted(push(Client(), registered, status("WORKING", task=f"t-{n}", at=1)))
+        for n in range(3)
+    ]
+    assert set(Delivery.objects.values_list("outcome", flat=True)) == {"pending"}
+
+    settings.ONLOOKER_APPLIER = "background"
+    background.start()
+
+    wait_until(lambda: not Delivery.objects.filter(pk__in=left, outcome="pending").exists())
+    assert Task.objects.count() == 3
+
+
+def test_the_background_applier_applies_a_lone_push_at_once(settings, background):
+    settings.ONLOOKER_APPLIER = "background"
+    background.start()
+    registered = make_agent()
+    wait_until(lambda: background.running)
+
+    started = time.monotonic()
+    delivery = accepted(push(Client(), registered, status("WORKING", at=1, text="now")))
+    wait_until(lambda: Delivery.objects.get(pk=delivery).outcome == "applied")
+
+    assert time.monotonic() - started < 2.0, "waited for a poll instead of being woken"
+    assert Task.objects.get().status_message == "now"
