@@ -103,6 +103,9 @@ SECRET_KEY = _secret_key()
 
 ONLOOKER_PUBLIC_URL = env_url("ONLOOKER_PUBLIC_URL", "http://127.0.0.1:8000")
 ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
+# How long a process keeps a push endpoint and its agent (credentials, team) in memory: a
+# deactivated endpoint or a changed secret takes effect within this many seconds everywhere.
+ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, minimum=0)
 # Who applies received pushes (tasks/applier.py): a thread in each server process
 # ("background"), or only `manage.py apply_deliveries` ("external"); "inline" applies on the
 # request that received the push (the tests' mode).

@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from tasks import agents
+from tasks import agents, applier
 from tasks.models import (
     Agent,
     Artifact,
@@ -244,6 +244,13 @@ class DeliveryAdmin(ReadOnlyAdmin):
     )
     # "pending" with attempts: deliveries whose apply failed, waiting for their retry.
     list_filter = ("outcome", "kind", "agent")
+    actions = ("apply_now",)
+
+    @admin.action(description="Apply now (pending deliveries whose apply failed)")
+    def apply_now(self, request, queryset):
+        count = applier.retry_now(queryset)
+        self.message_user(request, f"{count} pending deliveries will be applied now.")
+
     search_fields = ("task_id", "idempotency_key")
     date_hierarchy = "received_at"
 

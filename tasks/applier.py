@@ -78,51 +78,84 @@ def writing() -> Iterator[None]:
         yield
 
 
-def apply_batch(limit: int = BATCH, seconds: float | None = BATCH_SECONDS) -> Batch:
-    """Claim due pending deliveries and apply them, taking no more after `seconds` (None:
-    all claimed); see the module's docstring."""
+def apply_batch(limit: int = BATCH, seconds: float | None = None) -> Batch:
+    """Claim due pending deliveries and apply them, taking no more after `seconds` (default:
+    `BATCH_SECONDS` on SQLite, where a batch holds the one write lock; no limit elsewhere);
+    see the module's docstring."""
     batch = Batch()
-    nowait = connection.vendor == "postgresql"
+    postgresql = connection.vendor == "postgresql"
+    if seconds is None and connection.vendor == "sqlite":
+        seconds = BATCH_SECONDS
     now = timezone.now()
     with writing(), transaction.atomic():
-        due = Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
-            Q(retry_at__isnull=True) | Q(retry_at__lte=now)
-        )
-        claimed = list(due.select_for_update(skip_locked=True).order_by("pk")[:limit])
+        claimed = list(_due().select_for_update(skip_locked=True).order_by("pk")[:limit])
         batch.claimed = len(claimed)
         if not claimed:
             return batch
         agents = Agent.objects.in_bulk({d.agent_id for d in claimed})
-        changed: dict[int, tuple[Session, int | None]] = {}
-        failures: list[tuple[Delivery, Exception]] = []
-        started = time.monotonic()
         for delivery in claimed:
-            if seconds is not None and time.monotonic() - started > seconds and changed:
-                break  # the rest stay pending (and, once this commits, unlocked)
             delivery.agent = agents[delivery.agent_id]
-            try:
-                with transaction.atomic():
-                    event = protocol.parse(delivery.body.encode())
-                    session = ingest.apply_delivery(delivery, event, nowait=nowait)
-            except OperationalError as error:
-                if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
-                    batch.deferred += 1
-                    continue
-                failures.append((delivery, error))
-                continue
-            except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
-                failures.append((delivery, error))
-                continue
-            batch.applied += 1
-            if session is not None:
-                changed[session.pk] = (session, delivery.agent.team_id)
-        for delivery, error in failures:
-            _failed(delivery, error, now)
-            batch.failed += 1
+        try:
+            with transaction.atomic():
+                changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql)
+        except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
+            log.exception("a batch could not be applied whole; applying one at a time")
+            batch.applied = batch.failed = batch.deferred = 0
+            changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql, alone=True)
         for session, team_id in changed.values():
             changes.publish(session, team_id=team_id)
         batch.sessions = set(changed)
     return batch
+
+
+def _apply(
+    claimed: list[Delivery],
+    batch: Batch,
+    now,
+    *,
+    seconds: float | None,
+    nowait: bool,
+    alone: bool = False,
+) -> dict[int, tuple[Session, int | None]]:
+    """Apply the claimed deliveries in order, each in a savepoint, then derive each changed
+    session once. `alone`: derive each delivery's session with it, in its savepoint, so a
+    failure to derive is that delivery's failure."""
+    locked = ingest.Locked(nowait=nowait)
+    by_session: dict[int, list[ingest._Applier]] = {}
+    teams: dict[int, int | None] = {}
+    started = time.monotonic()
+    for delivery in claimed:
+        if seconds is not None and time.monotonic() - started > seconds and by_session:
+            break  # the rest stay pending (and, once this commits, unlocked)
+        try:
+            with transaction.atomic():
+                event = protocol.parse(delivery.body.encode())
+                applied = ingest.apply_delivery(delivery, event, locked)
+                if alone and applied.session is not None:
+                    ingest.derive([applied])
+        except OperationalError as error:
+            locked.forget()
+            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                batch.deferred += 1
+            else:
+                _failed(delivery, error, now)
+                batch.failed += 1
+            continue
+        except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
+            locked.forget()
+            _failed(delivery, error, now)
+            batch.failed += 1
+            continue
+        batch.applied += 1
+        if applied.session is not None:
+            by_session.setdefault(applied.session.pk, []).append(applied)
+            teams[applied.session.pk] = delivery.agent.team_id
+    changed = {}
+    for session_id, appliers in by_session.items():
+        if not alone:
+            ingest.derive(appliers)
+        changed[session_id] = (appliers[-1].session, teams[session_id])
+    return changed
 
 
 def _failed(delivery: Delivery, error: Exception, now) -> None:
@@ -142,23 +175,38 @@ def _failed(delivery: Delivery, error: Exception, now) -> None:
     )
 
 
+def retry_now(deliveries) -> int:
+    """Have pending deliveries (a queryset) applied now rather than at their next retry, say
+    once what made them fail is fixed; returns how many."""
+    count = deliveries.filter(outcome=Delivery.Outcome.PENDING).update(retry_at=None)
+    wake()
+    return count
+
+
 def drain() -> int:
     """Apply batches until nothing due is left; returns how many deliveries were applied."""
     applied = waits = 0
     while True:
         batch = apply_batch()
         applied += batch.applied
-        if batch.claimed == 0:
-            return applied
         if batch.applied or batch.failed:
             waits = 0
             continue
-        # Everything claimed belongs to sessions another process is applying: give it a
-        # moment, then leave the rest to the next poll.
-        waits += 1
-        if waits > 20:
-            return applied
-        time.sleep(0.01)
+        # Nothing claimed, or only deliveries of sessions another process is applying. Due
+        # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
+        # counted on its row, another applier finishing): look again shortly, a few times,
+        # then leave them to the next poll.
+        if (batch.claimed or _due().exists()) and waits < 20:
+            waits += 1
+            time.sleep(0.01)
+            continue
+        return applied
+
+
+def _due():
+    return Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
+        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now())
+    )
 
 
 class Background:

@@ -18,6 +18,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -70,57 +71,67 @@ def _running_server_loop() -> asyncio.AbstractEventLoop | None:
 
 class _Coalescer:
     """Per session: send now if the last message went out long enough ago, otherwise keep the
-    newest message and send it when the interval is up."""
+    newest message and send it when the interval is up.
 
-    def __init__(self) -> None:
+    `clock` (seconds, never going back) and `later(wait, callback)` (call `callback` about
+    `wait` seconds from now) default to the real ones; tests pass fakes so they can step
+    through an interval without sleeping on a loaded machine's timers."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        later: Callable[[float, Callable[[], None]], object] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.later = later if later is not None else self._real_later
         self.lock = threading.Lock()
         self.last_sent: dict[int, float] = {}
         self.pending: dict[int, tuple[list[str], dict]] = {}
 
     def offer(self, session_id: int, groups: list[str], message: dict) -> None:
         with self.lock:
+            now = self.clock()
             if len(self.last_sent) > 10_000:  # forget sessions that have been quiet
-                horizon = time.monotonic() - MIN_INTERVAL
+                horizon = now - MIN_INTERVAL
                 self.last_sent = {k: t for k, t in self.last_sent.items() if t > horizon}
-            wait = self.last_sent.get(session_id, 0.0) + MIN_INTERVAL - time.monotonic()
+            last = self.last_sent.get(session_id)
+            wait = 0.0 if last is None else last + MIN_INTERVAL - now
             if wait > 0:
                 already_waiting = session_id in self.pending
                 self.pending[session_id] = (groups, message)
                 if not already_waiting:
-                    self._later(wait, session_id)
+                    self.later(wait, lambda: self._flush(session_id))
                 return
-            self.last_sent[session_id] = time.monotonic()
+            self.last_sent[session_id] = now
             # A late timer may still hold an older message for this session: this one is
             # newer, so that one must never go out after it.
             self.pending.pop(session_id, None)
         _send(groups, message)
 
-    def _later(self, wait: float, session_id: int) -> None:
+    @staticmethod
+    def _real_later(wait: float, callback: Callable[[], None]) -> None:
         loop = _running_server_loop()
         if loop is not None:
-            loop.call_soon_threadsafe(loop.call_later, wait, self._flush_on_loop, session_id)
+            loop.call_soon_threadsafe(loop.call_later, wait, callback)
             return
         # No server loop (a management command, a sync test): a timer thread will do.
-        timer = threading.Timer(wait, self._flush_in_thread, args=(session_id,))
+        timer = threading.Timer(wait, callback)
         timer.daemon = True
         timer.start()
 
-    def _take(self, session_id: int) -> tuple[list[str], dict] | None:
+    def _flush(self, session_id: int) -> None:
         with self.lock:
             entry = self.pending.pop(session_id, None)
-            if entry is not None:  # else cleared meanwhile
-                self.last_sent[session_id] = time.monotonic()
-            return entry
-
-    def _flush_on_loop(self, session_id: int) -> None:
-        entry = self._take(session_id)
-        if entry is not None:
-            asyncio.get_running_loop().create_task(_send_async(*entry))
-
-    def _flush_in_thread(self, session_id: int) -> None:
-        entry = self._take(session_id)
-        if entry is not None:
+            if entry is None:  # cleared, or a newer message went out meanwhile
+                return
+            self.last_sent[session_id] = self.clock()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a timer thread, or a test's fake scheduler
             _send(*entry)
+        else:  # on the server's loop: a task, so the loop is never blocked on the layer
+            loop.create_task(_send_async(*entry))
 
     def clear(self) -> None:
         """Forget every session: pending messages are dropped (tests start from nothing)."""

@@ -399,7 +399,8 @@ def store(
     The caller holds the session's row lock (select_for_update) in its transaction: that
     lock is what keeps two writers from reusing a revision. `current` is the session's card
     (or None) when the caller has just read it under that lock."""
-    with transaction.atomic():
+    # Joined to the caller's transaction (it holds the lock), without a savepoint of its own.
+    with transaction.atomic(savepoint=False):
         card = Card.objects.filter(session=session).first() if current is _NOT_READ else current
         if card is None:
             if plan is None and markdown is None and not facts:
@@ -456,7 +457,7 @@ def recent_tasks(session: Session) -> list[Task]:
     )
 
 
-def from_session(session: Session, tasks: list[Task]) -> Written:
+def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_READ) -> Written:
     """Recompute an A2A session's card from what ingest stored; `tasks` newest first.
 
     Plan: the latest progress/v1 plan. Note: the latest status message that is not a
@@ -483,8 +484,9 @@ def from_session(session: Session, tasks: list[Task]) -> Written:
         # newer than what they gave before the card-API write, so that write stands.
         plan, markdown, source = card.plan, card.markdown or None, Card.Source.API
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
-    question = None
-    if session.needs_human:
+    if question is _NOT_READ:
+        question = None
+    if question is None and session.needs_human:
         question = (
             Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
             .order_by("-opened_at", "-id")

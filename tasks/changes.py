@@ -37,13 +37,13 @@ def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Wri
     """The session's state, whether it needs a person, its title and its card, from what is
     stored under it now. Call under its lock, after the change."""
     tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
-    session.derive_state(tasks)
+    waiting = session.derive_state(tasks)
     fields = ["state", "needs_human", "title"]
     if updated_at is not None:
         session.updated_at = updated_at
         fields.append("updated_at")
     session.save(update_fields=fields)
-    return cards.from_session(session, tasks)
+    return cards.from_session(session, tasks, question=waiting)
 
 
 def publish(session: Session, *, team_id: int | None) -> None:

@@ -127,18 +127,66 @@ def _duplicate(agent_id: int, key: str) -> Result | None:
     return Result(delivery, duplicate=True)
 
 
-def apply_delivery(delivery: Delivery, event: p.Event, *, nowait: bool = False) -> Session | None:
-    """Apply a stored delivery's event (the applier's step, in its transaction) and record
-    the outcome on the delivery; returns the session it changed. The caller publishes the
-    session once it has applied everything it will apply to it (changes.publish)."""
-    applier = _Applier(delivery.agent, delivery.received_at, nowait=nowait)
+class Locked:
+    """What one batch has locked and loaded: each session row once, each task once. Shared by
+    the appliers of one batch, in its transaction (the row locks last until it ends)."""
+
+    def __init__(self, *, nowait: bool = False) -> None:
+        self.nowait = nowait
+        self.sessions: dict[int, Session] = {}
+        self.tasks: dict[tuple[int, str], Task] = {}
+        self.forgot = False
+
+    def forget(self) -> None:
+        """A delivery was rolled back: what it changed of these objects in memory is not in
+        the database, so they are read again (the row locks stay: the transaction goes on)."""
+        self.sessions.clear()
+        self.tasks.clear()
+        self.forgot = True
+
+    def session(self, session_id: int) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions[session_id] = changes.lock(session_id, nowait=self.nowait)
+        return session
+
+    def open_session(self, agent: Agent, context_id: str, at: datetime) -> Session:
+        session = changes.open_session(agent, context_id, at=at, nowait=self.nowait)
+        return self.sessions.setdefault(session.pk, session)
+
+
+def apply_delivery(delivery: Delivery, event: p.Event, locked: Locked | None = None) -> _Applier:
+    """Apply a stored delivery's event (in the caller's transaction) and record its outcome
+    on the delivery. The session it changed is derived afterwards, once for all of the
+    batch's deliveries to it (`derive`), then published (changes.publish)."""
+    applier = _Applier(delivery.agent, delivery.received_at, locked=locked or Locked())
     delivery.outcome = applier.run(event)
     delivery.warnings = applier.warnings
     delivery.applied_at = timezone.now()
     delivery.last_error = ""
     delivery.retry_at = None
     delivery.save(update_fields=["outcome", "warnings", "applied_at", "last_error", "retry_at"])
-    return applier.session
+    return applier
+
+
+def derive(appliers: list[_Applier]) -> None:
+    """After one session's deliveries are applied, in order: derive its state and card once.
+    The latest applied note becomes the card's receipt if it changed the card; the others
+    never reached the card, so they are kept as the agent said them."""
+    session = appliers[-1].session
+    if appliers[-1].locked.forgot:
+        session.refresh_from_db()  # as its deliveries left it, whatever a failed one did
+    noted = [a for a in appliers if a.note is not None]
+    for applier in noted[:-1]:
+        applier.keep_note_as_said()
+    written = changes.derive(session, updated_at=appliers[-1].now)
+    receipt_by = (
+        noted[-1]
+        if noted
+        else next((a for a in reversed(appliers) if a.status_at is not None), None)
+    )
+    if receipt_by is not None:
+        receipt_by.receipt(written)
 
 
 def apply_fetched(agent: Agent, task: dict) -> Result:
@@ -179,9 +227,10 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
                 task_id=event.task_id,
                 body=body.decode(),
             )
-            session = apply_delivery(delivery, event)
-            if session is not None:
-                changes.publish(session, team_id=agent.team_id)
+            applied = apply_delivery(delivery, event)
+            if applied.session is not None:
+                derive([applied])
+                changes.publish(applied.session, team_id=agent.team_id)
     except IntegrityError:
         duplicate = _duplicate(agent.pk, key)
         if duplicate is None:
@@ -207,7 +256,7 @@ def _parts_digest(parts: list[dict]) -> str:
 class _Applier:
     agent: Agent
     now: datetime  # when the delivery was received
-    nowait: bool = False
+    locked: Locked
     warnings: list[str] = field(default_factory=list)
     session: Session | None = None
     # The applied status's note message and time: what a card receipt is kept as.
@@ -228,7 +277,6 @@ class _Applier:
             outcome = self._status(task, event.status, event.metadata)
         else:
             self._artifact_update(task, event)
-        self._refresh_session()
         return outcome
 
     # -- sessions and tasks -------------------------------------------------------------
@@ -236,29 +284,33 @@ class _Applier:
     def _lock_task(self, task_id: str, context_id: str) -> Task:
         # One lock order everywhere: a writer locks the session row first and everything
         # under it (tasks, interactions, transcript) is then serialized by that lock.
-        session_id = (
-            Task.objects.filter(agent=self.agent, task_id=task_id)
-            .values_list("session_id", flat=True)
-            .first()
-        )
-        if session_id is not None:
-            self.session = changes.lock(session_id, nowait=self.nowait)
+        key = (self.agent.pk, task_id)
+        task = self.locked.tasks.get(key)
+        if task is not None:
+            self.session = self.locked.sessions[task.session_id]
         else:
-            self.session = changes.open_session(
-                self.agent, context_id, at=self.now, nowait=self.nowait
+            session_id = (
+                Task.objects.filter(agent=self.agent, task_id=task_id)
+                .values_list("session_id", flat=True)
+                .first()
             )
-        task, _ = Task.objects.get_or_create(
-            agent=self.agent,
-            task_id=task_id,
-            defaults={
-                "session": self.session,
-                "state": TaskState.SUBMITTED,
-                "status_received_at": self.now,
-            },
-        )
-        if task.session_id != self.session.pk:
-            # Created meanwhile under another context: its own session is the one to lock.
-            self.session = changes.lock(task.session_id, nowait=self.nowait)
+            if session_id is not None:
+                self.session = self.locked.session(session_id)
+            else:
+                self.session = self.locked.open_session(self.agent, context_id, self.now)
+            task, _ = Task.objects.get_or_create(
+                agent=self.agent,
+                task_id=task_id,
+                defaults={
+                    "session": self.session,
+                    "state": TaskState.SUBMITTED,
+                    "status_received_at": self.now,
+                },
+            )
+            if task.session_id != self.session.pk:
+                # Created meanwhile under another context: its own session is the one to lock.
+                self.session = self.locked.session(task.session_id)
+            self.locked.tasks[key] = task
         # Keyed on the task, never on the context: some SDKs put a fresh contextId on
         # follow-up pushes, and the task's session is the one it started in.
         if context_id != self.session.context_id:
@@ -268,12 +320,14 @@ class _Applier:
             )
         return task
 
-    def _refresh_session(self) -> None:
-        self._receipt(changes.derive(self.session, updated_at=self.now))
-
     # -- card receipts --------------------------------------------------------------------
 
-    def _receipt(self, written: cards.Written) -> None:
+    def keep_note_as_said(self) -> None:
+        """The note did not reach the card (a later one in the same batch did)."""
+        task, message, at, estimated = self.note
+        self._transcript(task, message, at, estimated=estimated)
+
+    def receipt(self, written: cards.Written) -> None:
         """A status that changed the card's plan or note leaves one transcript line, the
         receipt, in place of its text (the card shows the note). A note that changed nothing
         on the card (older than the one shown, or the same text again) is kept as what the
@@ -489,6 +543,8 @@ class _Applier:
         )
         if not session.title and message.role == Message.Role.USER and text.strip():
             session.title = text.strip().splitlines()[0][:200]
+            # Written now, with this delivery: if it is rolled back, so is the title.
+            Session.objects.filter(pk=session.pk).update(title=session.title)
 
     def _history(
         self, task: Task, history: tuple[p.Message, ...], timestamp: datetime | None
@@ -502,16 +558,13 @@ class _Applier:
         if message.task_id:
             task = Task.objects.filter(agent=self.agent, task_id=message.task_id).first()
         if task is not None:
-            self.session = changes.lock(task.session_id, nowait=self.nowait)
+            self.session = self.locked.session(task.session_id)
         elif message.context_id:
-            self.session = changes.open_session(
-                self.agent, message.context_id, at=self.now, nowait=self.nowait
-            )
+            self.session = self.locked.open_session(self.agent, message.context_id, self.now)
         else:
             self.warnings.append("a message with neither a known taskId nor a contextId")
             return Delivery.Outcome.IGNORED
         self._transcript(task, message, self.now, estimated=True)
-        self._refresh_session()
         return Delivery.Outcome.APPLIED
 
     # -- artifacts ------------------------------------------------------------------------

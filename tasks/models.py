@@ -177,24 +177,29 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title or self.context_id
 
-    def derive_state(self, tasks: list[Task]) -> None:
+    def derive_state(self, tasks: list[Task]) -> Interaction | None:
         """The session's state and whether it needs a person, from its tasks (`tasks`: its
         newest, newest first). The state is the newest task's, unless a person is asked
         something in an older one: that task's state then, so a session is never shown done
-        (or working) while a question in it waits, and a finished session never needs you."""
-        self.derive_needs_human()
-        waiting = None
-        if self.needs_human:
-            waiting = (
-                Interaction.objects.filter(task__session=self, state=Interaction.State.OPEN)
-                .select_related("task")
-                .order_by("-opened_at", "-id")
-                .first()
-            )
+        (or working) while a question in it waits, and a finished session never needs you.
+        Returns the newest open interaction (what the card asks), if any.
+
+        A session needs a person exactly while one of its interactions is open: every writer
+        of interactions derives this (changes.derive, under the session's row lock) before
+        saving the session, so the flag the screens sort and count by never outlives the
+        question."""
+        waiting = (
+            Interaction.objects.filter(task__session=self, state=Interaction.State.OPEN)
+            .select_related("task")
+            .order_by("-opened_at", "-id")
+            .first()
+        )
+        self.needs_human = waiting is not None
         if waiting is not None:
             self.state = waiting.task.state
         elif tasks:
             self.state = tasks[0].state
+        return waiting
 
     @property
     def shown_state(self):
@@ -203,14 +208,6 @@ class Session(models.Model):
 
         card = getattr(self, "card", None)
         return states.of_session(self.state, card.facts if card is not None else None)
-
-    def derive_needs_human(self) -> None:
-        """A session needs a person exactly while one of its interactions is open. Every
-        writer of interactions calls this (under the session's row lock) before saving the
-        session, so the flag the screens sort and count by never outlives the question."""
-        self.needs_human = Interaction.objects.filter(
-            task__session=self, state=Interaction.State.OPEN
-        ).exists()
 
 
 class Task(models.Model):

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -100,12 +101,28 @@ def receive_push(request: HttpRequest, endpoint_id: str) -> JsonResponse:
     return JsonResponse(data, status=status)
 
 
+# public id → (expires at, endpoint with its agent): the one query every push made, and the
+# costliest part of keeping it. Only found endpoints are kept, so a new one works at once.
+_endpoints: dict[str, tuple[float, PushEndpoint]] = {}
+
+
 def _endpoint(endpoint_id: str) -> PushEndpoint | None:
-    return (
+    ttl = settings.ONLOOKER_ENDPOINT_CACHE_SECONDS
+    now = time.time()
+    if ttl > 0:
+        cached = _endpoints.get(endpoint_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+    endpoint = (
         PushEndpoint.objects.select_related("agent")
         .filter(public_id=endpoint_id, active=True)
         .first()
     )
+    if ttl > 0 and endpoint is not None:
+        if len(_endpoints) > 10_000:  # endpoints no longer pushed to
+            _endpoints.clear()
+        _endpoints[endpoint_id] = (now + ttl, endpoint)
+    return endpoint
 
 
 def _too_large(size: int) -> Refused:

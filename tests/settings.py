@@ -13,6 +13,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # A test's push is applied before its response arrives (the servers tests start as child
 # processes run the real background applier).
 ONLOOKER_APPLIER = "inline"
+# Tests change credentials and push at once; the cache is tested on its own.
+ONLOOKER_ENDPOINT_CACHE_SECONDS = 0
 
 # Test on a SQLite file, as the embedded default runs (WAL, IMMEDIATE transactions), so
 # threaded tests exercise the same locking; an in-memory database behaves differently.

@@ -120,7 +120,7 @@ def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
         push(Client(), registered, status("WORKING", task="t-2", context="ctx-2", at=second))
 
     with CaptureQueriesContext(connection) as queries:
-        batch = applier.apply_batch(seconds=None)  # however slow this machine is today
+        batch = applier.apply_batch(seconds=60.0)  # however slow this machine is today
 
     assert (batch.claimed, batch.applied, len(batch.sessions)) == (6, 6, 2)
     writes = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "tasks_sessionview"')]
@@ -173,3 +173,23 @@ def test_the_background_applier_applies_a_lone_push_at_once(settings, background
 
     assert time.monotonic() - started < 2.0, "waited for a poll instead of being woken"
     assert Task.objects.get().status_message == "now"
+
+
+def test_the_admin_applies_a_failed_delivery_now_once_its_cause_is_fixed(
+    kept_only, database, admin_client, settings
+):
+    registered = make_agent()
+    database.refuse("tasks_artifact", "INSERT")
+    broken = accepted(push(Client(), registered, artifact("report", "# Results")))
+    applier.drain()
+    assert Delivery.objects.get(pk=broken).retry_at is not None
+    database.allow_all()
+
+    settings.ONLOOKER_APPLIER = "inline"  # so the wake applies it before the page answers
+    response = admin_client.post(
+        "/admin/tasks/delivery/", {"action": "apply_now", "_selected_action": [broken]}
+    )
+
+    assert response.status_code == 302
+    assert Delivery.objects.get(pk=broken).outcome == "applied"
+    assert Artifact.objects.get().parts == [{"text": "# Results"}]

@@ -8,10 +8,11 @@ import json
 import random
 
 import pytest
+from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import profile
+from tasks import applier, profile
 from tasks.models import Artifact, Card, Delivery, Interaction, Message, Session, Task
 from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
@@ -175,6 +176,25 @@ def test_any_order_of_the_same_deliveries_gives_the_same_final_state(
     events = story(seed, tasks)
     ordered, shuffled, _ = in_order_and_shuffled(client, events, order_seed, duplicate_rate=0.2)
     assert final_state(shuffled) == final_state(ordered)
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32), tasks=st.integers(1, 6), order_seed=st.integers(0, 2**32))
+def test_deliveries_applied_in_batches_end_where_one_at_a_time_ends(
+    db, client, seed, tasks, order_seed
+):
+    numbered = [(f"msg-{i}", body) for i, body in enumerate(story(seed, tasks))]
+    random.Random(order_seed).shuffle(numbered)
+    one_at_a_time, batched = make_agent(name="one at a time"), make_agent(name="batched")
+    deliver(client, one_at_a_time, numbered)  # each applied on its own request
+    with override_settings(ONLOOKER_APPLIER="external"):
+        deliver(client, batched, numbered)  # kept; then applied in batches of up to 25
+    while applier.apply_batch(limit=25, seconds=60.0).claimed:
+        pass
+    assert not Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).exists()
+    assert final_state(batched.agent) == final_state(one_at_a_time.agent)
 
 
 @pytest.mark.slow

@@ -39,3 +39,13 @@ def test_old_deliveries_go_and_what_they_changed_stays(client, db):
 def test_a_bad_or_too_young_age_is_refused(db, age, words):
     with pytest.raises(CommandError, match=words):
         prune("--older-than", age)
+
+
+def test_a_delivery_not_applied_yet_is_kept_however_old(client, db, settings):
+    registered = make_agent()
+    settings.ONLOOKER_APPLIER = "external"  # kept, and never applied: its apply keeps failing
+    with time_machine.travel(NOW - timedelta(days=40), tick=False):
+        push(client, registered, status("WORKING", at=1, context="stuck"))
+    with time_machine.travel(NOW, tick=False):
+        assert prune("--older-than", "30d") == "Deleted 0 deliveries older than 30d.\n"
+    assert Delivery.objects.get().outcome == "pending"

@@ -8,9 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tasks.agents import new_signing_secret, retire_previous_signing_secret, rotate_signing_secret
-from tasks.models import Delivery, Refusal, Session
+from tasks.models import Delivery, PushEndpoint, Refusal, Session
+from tests.builders import status
 from tests.conftest import NOW, encode, push, sign_headers
 
 BODY = {
@@ -237,3 +240,17 @@ def test_get_is_not_allowed(client, token_agent):
     response = client.get(token_agent.path)
     assert response.status_code == 405
     assert response["Allow"] == "POST"
+
+
+def test_a_cached_endpoint_is_read_again_once_its_time_is_up(client, token_agent, settings):
+    """A process keeps an endpoint for ONLOOKER_ENDPOINT_CACHE_SECONDS (no query per push);
+    a deactivated endpoint is refused once that time is up."""
+    settings.ONLOOKER_ENDPOINT_CACHE_SECONDS = 1
+    with time_machine.travel(NOW, tick=False):
+        assert push(client, token_agent, status("WORKING", at=1)).status_code == 200
+        with CaptureQueriesContext(connection) as queries:
+            assert push(client, token_agent, status("WORKING", at=2)).status_code == 200
+        assert not [q for q in queries if "tasks_pushendpoint" in q["sql"]]
+        PushEndpoint.objects.filter(pk=token_agent.endpoint.pk).update(active=False)
+    with time_machine.travel(NOW + timedelta(seconds=2), tick=False):
+        assert push(client, token_agent, status("WORKING", at=3)).status_code == 404

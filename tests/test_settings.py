@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -39,6 +40,53 @@ def start(data_dir):
         )
 
     return run
+
+
+# What the embedded default, with nothing configured, reads: one start, shared by the tests
+# below that only look (each child costs a second of a loaded CI core).
+EMBEDDED_DEFAULT = f"""{SETUP}
+import json
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("PRAGMA journal_mode")
+    journal_mode = cursor.fetchone()[0]
+layer = get_channel_layer()
+print(json.dumps({{
+    "DEBUG": settings.DEBUG,
+    "SECRET_KEY": settings.SECRET_KEY,
+    "ONLOOKER_PUBLIC_URL": settings.ONLOOKER_PUBLIC_URL,
+    "ONLOOKER_MAX_PUSH_BYTES": settings.ONLOOKER_MAX_PUSH_BYTES,
+    "EMAIL_HOST": settings.EMAIL_HOST,
+    "vendor": connection.vendor,
+    "journal_mode": journal_mode,
+    "database": str(connection.settings_dict["NAME"]),
+    "layer": type(layer).__module__ + "." + type(layer).__name__,
+}}))
+"""
+
+
+@dataclass(frozen=True)
+class Started:
+    data_dir: Path
+    read: dict
+
+
+@pytest.fixture(scope="module")
+def embedded_default(tmp_path_factory) -> Started:
+    """One child on the embedded default: nothing set but its data directory (and an empty
+    EMAIL_HOST, so the mail server of the machine running the tests cannot leak in)."""
+    data_dir = tmp_path_factory.mktemp("embedded") / "data"
+    result = subprocess.run(
+        [sys.executable, "-c", EMBEDDED_DEFAULT],
+        cwd=ROOT,
+        env=clean_environment(ONLOOKER_DATA_DIR=str(data_dir), EMAIL_HOST=""),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return Started(data_dir, json.loads(started(result)))
 
 
 def refused(result: subprocess.CompletedProcess) -> str:
@@ -165,26 +213,20 @@ def test_values_are_taken_from_the_environment(start):
     assert hosts == ["onlooker.example.com", "internal.example.com"]
 
 
-def test_defaults_without_configuration(start):
-    output = started(
-        start(
-            show(
-                "settings.DEBUG",
-                "settings.ONLOOKER_PUBLIC_URL",
-                "settings.ONLOOKER_MAX_PUSH_BYTES",
-            )
-        )
-    )
-    assert json.loads(output) == [False, "http://127.0.0.1:8000", 1024 * 1024]
+def test_defaults_without_configuration(embedded_default):
+    read = embedded_default.read
+    assert read["DEBUG"] is False
+    assert read["ONLOOKER_PUBLIC_URL"] == "http://127.0.0.1:8000"
+    assert read["ONLOOKER_MAX_PUSH_BYTES"] == 1024 * 1024
 
 
-def test_debug_is_off_unless_turned_on(start):
-    assert json.loads(started(start(show("settings.DEBUG")))) == [False]
+def test_debug_is_off_unless_turned_on(start, embedded_default):
+    assert embedded_default.read["DEBUG"] is False
     assert json.loads(started(start(show("settings.DEBUG"), DEBUG="1"))) == [True]
 
 
-def test_email_is_not_configured_by_default(start):
-    assert json.loads(started(start(show("settings.EMAIL_HOST"), EMAIL_HOST=""))) == [""]
+def test_email_is_not_configured_by_default(embedded_default):
+    assert embedded_default.read["EMAIL_HOST"] == ""
 
 
 def test_email_settings_are_taken_from_the_environment(start):
@@ -230,30 +272,26 @@ def test_allowed_hosts_default_to_the_public_url_host(start):
 # --- the embedded default ---------------------------------------------------------------
 
 
-def test_embedded_default_with_debug_off_generates_its_secret_key(start, data_dir):
-    [debug, key] = json.loads(started(start(show("settings.DEBUG", "settings.SECRET_KEY"))))
-    assert debug is False
-    assert (data_dir / "secret_key").read_text().strip() == key
+def test_embedded_default_with_debug_off_generates_its_secret_key(embedded_default):
+    assert embedded_default.read["DEBUG"] is False
+    key = embedded_default.read["SECRET_KEY"]
+    assert (embedded_default.data_dir / "secret_key").read_text().strip() == key
 
 
-def test_embedded_default_generates_a_secret_key_and_keeps_it(start, data_dir):
-    first = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
-    key_file = data_dir / "secret_key"
+def test_embedded_default_generates_a_secret_key_and_keeps_it(start, embedded_default):
+    first = embedded_default.read["SECRET_KEY"]
+    key_file = embedded_default.data_dir / "secret_key"
     assert key_file.read_text().strip() == first
     assert len(first) >= 50
     assert key_file.stat().st_mode & 0o077 == 0, "the key file is readable by others"
 
-    second = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
-    assert second == first
+    again = start(show("settings.SECRET_KEY"), ONLOOKER_DATA_DIR=str(embedded_default.data_dir))
+    assert json.loads(started(again))[0] == first
 
 
-def test_embedded_default_generates_a_different_key_per_data_directory(start, tmp_path):
-    first = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
-    other = tmp_path / "other"
-    second = json.loads(started(start(show("settings.SECRET_KEY"), ONLOOKER_DATA_DIR=str(other))))[
-        0
-    ]
-    assert second != first
+def test_embedded_default_generates_a_different_key_per_data_directory(start, embedded_default):
+    other = json.loads(started(start(show("settings.SECRET_KEY"))))[0]
+    assert other != embedded_default.read["SECRET_KEY"]
 
 
 def test_empty_key_file_left_by_an_interrupted_start_is_replaced_by_a_new_key(start, data_dir):
@@ -265,25 +303,24 @@ def test_empty_key_file_left_by_an_interrupted_start_is_replaced_by_a_new_key(st
     assert (data_dir / "secret_key").stat().st_mode & 0o777 == 0o600
 
 
-def test_secret_key_from_the_environment_wins_over_the_key_file(start, data_dir):
-    started(start())
-    output = started(start(show("settings.SECRET_KEY"), SECRET_KEY="from-the-environment"))
+def test_secret_key_from_the_environment_wins_over_the_key_file(start, embedded_default):
+    assert (embedded_default.data_dir / "secret_key").exists()
+    output = started(
+        start(
+            show("settings.SECRET_KEY"),
+            ONLOOKER_DATA_DIR=str(embedded_default.data_dir),
+            SECRET_KEY="from-the-environment",
+        )
+    )
     assert json.loads(output) == ["from-the-environment"]
 
 
-def test_embedded_default_uses_sqlite_in_wal_mode_in_the_data_directory(start, data_dir):
-    code = (
-        f"{SETUP}\n"
-        "from django.db import connection\n"
-        "with connection.cursor() as cursor:\n"
-        "    cursor.execute('PRAGMA journal_mode')\n"
-        "    print(connection.vendor, cursor.fetchone()[0], connection.settings_dict['NAME'])\n"
-    )
-    vendor, journal_mode, name = started(start(code)).split()
-    assert vendor == "sqlite"
-    assert journal_mode == "wal"
-    assert Path(name).parent == data_dir
-    assert Path(name).exists()
+def test_embedded_default_uses_sqlite_in_wal_mode_in_the_data_directory(embedded_default):
+    read = embedded_default.read
+    assert read["vendor"] == "sqlite"
+    assert read["journal_mode"] == "wal"
+    assert Path(read["database"]).parent == embedded_default.data_dir
+    assert Path(read["database"]).exists()
 
 
 def test_database_url_selects_postgresql(start):
@@ -309,22 +346,16 @@ LAYER = (
 )
 
 
-def test_default_channel_layer_is_in_memory(start):
-    assert started(start(LAYER)).strip() == "channels.layers.InMemoryChannelLayer"
+def test_default_channel_layer_is_in_memory(embedded_default):
+    assert embedded_default.read["layer"] == "channels.layers.InMemoryChannelLayer"
 
 
 def test_redis_url_selects_the_redis_channel_layer(start):
-    result = start(LAYER, REDIS_URL="redis://127.0.0.1:6379/0")
-    assert started(result).strip() == "channels_redis.core.RedisChannelLayer"
-    hosts = json.loads(
-        started(
-            start(
-                show("settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']"),
-                REDIS_URL="redis://127.0.0.1:6379/0",
-            )
-        )
-    )
-    assert hosts == [["redis://127.0.0.1:6379/0"]]
+    # One start: the layer it makes, then the hosts it was given (setting up twice is a no-op).
+    code = LAYER + show("settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']")
+    layer, hosts = started(start(code, REDIS_URL="redis://127.0.0.1:6379/0")).splitlines()
+    assert layer == "channels_redis.core.RedisChannelLayer"
+    assert json.loads(hosts) == [["redis://127.0.0.1:6379/0"]]
 
 
 def test_default_server_answers_an_anonymous_404_without_listing_url_patterns(data_dir, tmp_path):

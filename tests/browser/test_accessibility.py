@@ -7,7 +7,7 @@ and the browser is the only thing told to look away. All of axe's default rules 
 and AA plus its best practices: unique landmarks, content inside landmarks, heading order).
 
 The monitoring screen and a session page run with every test run; the other pages, with the
-long checks (`-m slow`, which CI runs on both stacks), to keep the default run inside its
+long checks (`-m slow`, which CI runs on PostgreSQL + Redis), to keep the default run inside its
 time budget."""
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ def opened(approver_page: Page, server: LiveServer) -> Callable[[str], Page]:
     return go
 
 
-def test_the_monitoring_screen_has_no_violations(opened):
+def test_the_monitoring_screen_and_a_session_page_have_no_violations(opened, busy_team):
+    """The two pages every run audits, on one busy team (set up once for both)."""
     page = opened("/")
     expect(page.locator("[data-waiting] [data-interaction]")).to_have_count(2)
     expect(page.locator("[data-tile-session]")).to_have_count(1)  # waiting ones are rows
@@ -161,6 +162,12 @@ def test_the_monitoring_screen_has_no_violations(opened):
     names = page.locator("[data-inbox-session], .tile-title a", has_text="Deploy the site")
     expect(names).to_have_count(2)
     audit(page, "monitoring screen")
+
+    page = opened(f"/sessions/{busy_team.pk}/")
+    expect(page.locator("[data-interaction]")).to_have_count(1)
+    expect(page.locator("[data-receipt]")).not_to_have_count(0)
+    expect(page.locator("[data-artifact]")).to_have_count(1)
+    audit(page, "session page")
 
 
 @pytest.mark.slow
@@ -176,14 +183,6 @@ def test_the_wall_display_has_no_violations(opened):
     page = opened("/?display=wall")
     expect(page.locator("[data-tile-session]")).to_have_count(3)
     audit(page, "wall display", widths=(VIEWPORT, PHONE, TV))
-
-
-def test_a_session_page_has_no_violations(opened, busy_team):
-    page = opened(f"/sessions/{busy_team.pk}/")
-    expect(page.locator("[data-interaction]")).to_have_count(1)
-    expect(page.locator("[data-receipt]")).not_to_have_count(0)
-    expect(page.locator("[data-artifact]")).to_have_count(1)
-    audit(page, "session page")
 
 
 @pytest.mark.slow

@@ -88,9 +88,12 @@ def walk(page: Page, key: str, times: int) -> list[str | None]:
     return reached
 
 
-def test_j_and_k_walk_the_waiting_items_then_the_tiles_in_page_order(
-    open_page, waiting_and_working
+def test_the_keys_on_the_monitoring_screen_walk_list_and_open_its_items(
+    open_page, server, waiting_and_working
 ):
+    """One page load for three behaviours of the keys there: j/k walk the waiting items then
+    the tiles in page order, ? lists the keys and gives the focus back, Enter opens the
+    session of the focused item."""
     page = open_page("/")
     expect(page.locator("[data-waiting] [data-interaction]")).to_have_count(2)
     expect(page.locator("[data-tile-session]")).to_have_count(1)  # waiting ones are rows
@@ -98,15 +101,45 @@ def test_j_and_k_walk_the_waiting_items_then_the_tiles_in_page_order(
     tiles = page.evaluate(IN_PAGE_ORDER, "[data-tiles] [data-tile-session]")
     order = waiting + tiles
 
-    assert walk(page, "j", len(order)) == order
+    assert walk(page, "j", len(order)) == order, "j does not walk the items in page order"
     # The item reached is marked, and scrolled to.
     last = page.locator(f'[data-tile-session="{tiles[-1].split(":")[1]}"]')
     expect(last).to_have_class(re.compile(r"\bis-key-focus\b"))
     expect(last).to_be_in_viewport()
-    assert walk(page, "j", 1) == [order[-1]]  # stops at the end
-    assert walk(page, "k", len(order) - 1) == order[-2::-1]
-    assert walk(page, "k", 1) == [order[0]]  # and at the start
+    assert walk(page, "j", 1) == [order[-1]], "j does not stop at the last item"
+    assert walk(page, "k", len(order) - 1) == order[-2::-1], "k does not walk back in order"
+    assert walk(page, "k", 1) == [order[0]], "k does not stop at the first item"
     expect(page.locator(".is-key-focus")).to_have_count(1)
+
+    # ? lists the keys; Esc or Close gives the focus back to the item it was on.
+    help_ = page.locator("[data-keys-help]")
+    item = focused(page)
+    page.keyboard.press("?")
+    expect(help_).to_be_visible()
+    expect(help_.get_by_role("heading")).to_have_text("Keyboard shortcuts")
+    for key in ("j", "k", "a", "d", "Enter", "/", "?", "Esc"):
+        expect(help_.locator("kbd", has_text=key).first).to_be_visible()
+    page.keyboard.press("j")  # behind the dialog nothing moves
+    page.keyboard.press("Escape")
+    expect(help_).to_be_hidden()
+    assert focused(page) == item, "Esc on the keys dialog did not give the focus back"
+    expect(page.locator(".is-key-focus")).to_have_count(1)  # still marked
+
+    page.keyboard.press("?")
+    help_.get_by_role("button", name="Close").click()
+    expect(help_).to_be_hidden()
+    assert focused(page) == item, "Close on the keys dialog did not give the focus back"
+
+    # Enter opens the session of the focused waiting item, and of the focused tile.
+    first = Interaction.objects.get(pk=waiting[0].split(":")[1])
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{server.url}/sessions/{first.task.session_id}/")
+
+    open_page("/")
+    walk(page, "j", len(waiting) + 1)
+    assert focused(page) == tiles[0]
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{server.url}/sessions/{tiles[0].split(':')[1]}/")
 
 
 @pytest.mark.slow
@@ -218,49 +251,6 @@ def test_a_asks_the_buttons_confirmation_first_and_a_no_sends_nothing(
     expect(page.locator("[data-waiting]")).not_to_contain_text("Ship v2 to production?")
     [message] = sent_messages(agent_stub)
     assert message["metadata"][profile.INTERACTIONS]["approved"] is True
-
-
-def test_enter_opens_the_session_of_the_focused_tile_or_waiting_item(
-    open_page, server, waiting_and_working
-):
-    page = open_page("/")
-    page.keyboard.press("j")
-    waiting = page.evaluate(IN_PAGE_ORDER, "[data-waiting] [data-interaction]")
-    first = Interaction.objects.get(pk=waiting[0].split(":")[1])
-    page.keyboard.press("Enter")
-    expect(page).to_have_url(f"{server.url}/sessions/{first.task.session_id}/")
-
-    open_page("/")
-    tiles = page.evaluate(IN_PAGE_ORDER, "[data-tiles] [data-tile-session]")
-    walk(page, "j", len(waiting) + 1)
-    assert focused(page) == tiles[0]
-    page.keyboard.press("Enter")
-    expect(page).to_have_url(f"{server.url}/sessions/{tiles[0].split(':')[1]}/")
-
-
-def test_question_mark_lists_the_keys_and_escape_or_close_gives_focus_back(
-    open_page, waiting_and_working
-):
-    page = open_page("/")
-    help_ = page.locator("[data-keys-help]")
-    expect(help_).to_be_hidden()
-    page.keyboard.press("j")
-    item = focused(page)
-    page.keyboard.press("?")
-    expect(help_).to_be_visible()
-    expect(help_.get_by_role("heading")).to_have_text("Keyboard shortcuts")
-    for key in ("j", "k", "a", "d", "Enter", "/", "?", "Esc"):
-        expect(help_.locator("kbd", has_text=key).first).to_be_visible()
-    page.keyboard.press("j")  # behind the dialog nothing moves
-    page.keyboard.press("Escape")
-    expect(help_).to_be_hidden()
-    assert focused(page) == item
-    expect(page.locator(".is-key-focus")).to_have_count(1)  # still marked
-
-    page.keyboard.press("?")
-    help_.get_by_role("button", name="Close").click()
-    expect(help_).to_be_hidden()
-    assert focused(page) == item
 
 
 @pytest.mark.slow

@@ -209,31 +209,17 @@ def test_hovercard_opens_on_hover_shows_the_other_sessions_card_and_updates_live
     expect(hovercard).to_be_visible()
 
 
-def test_hovercard_opens_on_keyboard_focus_and_escape_returns_focus(
+def test_a_hovercard_opened_by_keyboard_focus_stays_current_through_a_refetch_until_escape(
     server, page, login, open_live, alice, ops
 ):
-    _, here, other = two_sessions(server, ops)
-    login(alice)
-    open_live(f"/sessions/{here.pk}/")
-    link = page.locator(f'li[data-sidebar-session="{other.pk}"] a.sidebar-link')
-
-    link.focus()
-
-    expect(page.locator(HOVERCARD)).to_be_visible()
-    expect(card_in(page, HOVERCARD, other)).to_contain_text("Other plan")
-    page.keyboard.press("Escape")
-    expect(page.locator(HOVERCARD)).to_be_hidden()
-    expect(link).to_be_focused()
-
-
-def test_a_refetch_keeps_the_focused_sidebar_row_and_the_open_hovercard_current(
-    server, page, login, open_live, alice, ops
-):
+    """Keyboard focus on a sidebar row opens its hovercard; a refetch keeps the row focused
+    and the open hovercard current; Escape closes it and leaves the focus on the row."""
     agent, here, other = two_sessions(server, ops)
     login(alice)
     open_live(f"/sessions/{here.pk}/")
     link = page.locator(f'li[data-sidebar-session="{other.pk}"] a.sidebar-link')
     link.focus()
+    expect(page.locator(HOVERCARD), "keyboard focus did not open the hovercard").to_be_visible()
     expect(card_in(page, HOVERCARD, other)).to_contain_text("Other plan")
     # Changed in this process, so no live message tells the page (this thread cannot reach
     # the channel layer while Playwright's loop runs, and the server's layer is its own):
@@ -246,9 +232,13 @@ def test_a_refetch_keeps_the_focused_sidebar_row_and_the_open_hovercard_current(
         "data-revision", revision(other)
     )
 
-    expect(link).to_be_focused()
-    expect(page.locator(HOVERCARD)).to_be_visible()
+    expect(link, "a refetch took the focus from the sidebar row").to_be_focused()
+    expect(page.locator(HOVERCARD), "a refetch closed the open hovercard").to_be_visible()
     expect(card_in(page, HOVERCARD, other)).to_contain_text("Replanned meanwhile")
+
+    page.keyboard.press("Escape")
+    expect(page.locator(HOVERCARD), "Escape did not close the hovercard").to_be_hidden()
+    expect(link, "Escape did not leave the focus on the row").to_be_focused()
 
 
 def test_no_hovercard_for_a_session_without_a_card(server, page, login, open_live, alice, ops):

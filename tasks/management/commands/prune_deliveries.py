@@ -35,7 +35,11 @@ class Command(BaseCommand):
                 "--older-than must be at least 2d: agents may still retry younger pushes, "
                 "and their keys are what makes a retry a duplicate"
             )
-        old = Delivery.objects.filter(received_at__lt=timezone.now() - age)
+        # A pending delivery is a push not applied yet (its apply keeps failing): kept until
+        # it is, however old.
+        old = Delivery.objects.filter(received_at__lt=timezone.now() - age).exclude(
+            outcome=Delivery.Outcome.PENDING
+        )
         if dry_run:
             self.stdout.write(f"{old.count()} deliveries older than {older_than} would go.")
             return
