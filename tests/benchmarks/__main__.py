@@ -14,6 +14,7 @@ import sys
 # benchmark's dependencies never stop another from starting.
 BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
+    "burst": "tests.benchmarks.burst",
     "cards": "tests.benchmarks.cards",
     "live": "tests.benchmarks.live",
     "socket_access": "tests.benchmarks.socket_access",
