@@ -9,9 +9,11 @@ delivery is committed, so a test's push is applied when its response arrives.
 
 A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
 LOCKED` on PostgreSQL, so processes never claim the same ones), applies them in the order
-they were received, each in a savepoint, and publishes every session it changed once, at
-the end: its fragments are rendered once per batch however many of its pushes the batch
-held, and browsers are hinted after commit. A session another process is applying (its row
+they were received, each in a savepoint, and derives every session it changed once, at the
+end. Its fragments are rendered once per batch however many of its pushes the batch held,
+after the batch commits (so pushes are not kept waiting for SQLite's write lock while they
+render), and stored in a short second transaction; browsers are hinted after that commits
+(fragments.py says how nothing stale is ever shown meanwhile). A session another process is applying (its row
 is locked) is skipped, not waited for: its deliveries stay pending for the next batch, so
 one session is never applied by two processes at once and two appliers never deadlock.
 
@@ -34,7 +36,7 @@ from django.db import OperationalError, close_old_connections, connection, trans
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import changes, ingest, protocol
+from tasks import fragments, ingest, protocol
 from tasks.models import Agent, Delivery, Session
 
 log = logging.getLogger(__name__)
@@ -102,9 +104,21 @@ def apply_batch(limit: int = BATCH, seconds: float | None = None) -> Batch:
             log.exception("a batch could not be applied whole; applying one at a time")
             batch.applied = batch.failed = batch.deferred = 0
             changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql, alone=True)
-        for session, team_id in changed.values():
-            changes.publish(session, team_id=team_id)
+        if changed:
+            fragments.mark_stale(list(changed))
         batch.sessions = set(changed)
+    # Committed: the write lock is free for pushes while the fragments render.
+    rendered = [
+        one
+        for session, team_id in changed.values()
+        if (one := fragments.render_committed(session, team_id)) is not None
+    ]
+    if rendered:
+        try:
+            with writing(), transaction.atomic():
+                fragments.store_rendered(rendered)
+        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+            log.exception("could not store the fragments of a batch")
     return batch
 
 

@@ -84,12 +84,17 @@ def store(session: Session) -> Stored:
     session, so they commit (or roll back) with the change."""
     card = Card.objects.filter(session=session).first()
     html = render(session, card)
+    _store(session, card, html)
+    return Stored(card, html)
+
+
+def _store(session: Session, card: Card | None, html: dict[str, str]) -> None:
     fields = {"version": version(), "revision": card.revision if card else 0, **html}
     # One UPDATE on the hot path; the INSERT only for a session's first change. The caller
-    # holds the session's row lock, so no one else inserts meanwhile.
+    # holds the session's row lock (or, storing after commit, SQLite's one write lock or the
+    # unique session), so a second INSERT fails rather than duplicates.
     if not SessionView.objects.filter(session=session).update(**fields):
         SessionView.objects.create(session=session, **fields)
-    return Stored(card, html)
 
 
 def forget(session: Session) -> None:
@@ -176,3 +181,78 @@ def changed(session: Session, *, team_id: int | None) -> None:
         broadcast.hint(session.pk, team_id, message)
 
     transaction.on_commit(send)
+
+
+# -- the applier's publish: rendered outside its write transaction ---------------------------
+#
+# A batch renders many sessions' fragments; rendering is pure CPU, and on SQLite a write
+# transaction holds the one write lock every push's 2xx waits for. So the applier marks the
+# fragments of the sessions it changed as stale in its transaction (pages render those on
+# read until they are stored again), renders after commit, and stores them in a short second
+# transaction, each only if its session is still what was rendered (another writer that
+# changed it since stores its own). A crash between the two leaves stale-marked fragments:
+# pages render them afresh, never show what the session was before.
+
+
+def mark_stale(session_ids: list[int]) -> None:
+    """Call in the transaction that changed the sessions. Never undoes it: a failure to mark
+    (or, failing that, to drop) the fragments is rolled back alone and logged."""
+    try:
+        with transaction.atomic():
+            SessionView.objects.filter(session_id__in=session_ids).update(version="")
+        return
+    except Exception:  # noqa: BLE001 - only the marking was rolled back
+        log.exception("could not mark the fragments of sessions %s stale", session_ids)
+    try:
+        with transaction.atomic():
+            SessionView.objects.filter(session_id__in=session_ids).delete()
+    except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
+        log.exception("could not drop the stale fragments of sessions %s", session_ids)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    session: Session
+    team_id: int | None
+    stored: Stored
+
+
+def render_committed(session: Session, team_id: int | None) -> Rendered | None:
+    """Render a changed session's fragments after its change committed (no lock held)."""
+    try:
+        card = Card.objects.filter(session=session).first()
+        return Rendered(session, team_id, Stored(card, render(session, card)))
+    except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+        log.exception("could not render the fragments of session %s", session.pk)
+        return None
+
+
+def store_rendered(rendered: list[Rendered]) -> None:
+    """Store what `render_committed` rendered, in the caller's (short) transaction, for each
+    session still as rendered; hint browsers of those after commit."""
+    for one in rendered:
+        session, card = one.session, one.stored.card
+        current = Session.objects.filter(
+            pk=session.pk,
+            state=session.state,
+            needs_human=session.needs_human,
+            title=session.title,
+            updated_at=session.updated_at,
+            agent__name=session.agent.name,
+        ).exists() and (
+            Card.objects.filter(session=session, revision=card.revision).exists()
+            if card is not None
+            else not Card.objects.filter(session=session).exists()
+        )
+        if not current:
+            continue  # changed since: its writer stores and hints its own
+        try:
+            with transaction.atomic():
+                _store(session, card, one.stored.html)
+        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+            log.exception("could not store the fragments of session %s", session.pk)
+            continue
+        message = snapshot(session, one.stored)
+        transaction.on_commit(
+            lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
+        )
