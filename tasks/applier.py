@@ -13,9 +13,10 @@ they were received, each in a savepoint, and derives every session it changed on
 end. Its fragments are rendered once per batch however many of its pushes the batch held,
 after the batch commits (so pushes are not kept waiting for SQLite's write lock while they
 render), and stored in a short second transaction; browsers are hinted after that commits
-(fragments.py says how nothing stale is ever shown meanwhile). A session another process is applying (its row
-is locked) is skipped, not waited for: its deliveries stay pending for the next batch, so
-one session is never applied by two processes at once and two appliers never deadlock.
+(fragments.py says how nothing stale is ever shown meanwhile). A session another process is
+applying (its row is locked) is skipped, not waited for: its deliveries stay pending for the
+next batch, so one session is never applied by two processes at once and two appliers never
+deadlock.
 
 A delivery whose apply raises is rolled back alone, kept with its error, and tried again
 with backoff; it never stops the rest of its batch.

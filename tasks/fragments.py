@@ -232,18 +232,19 @@ def store_rendered(rendered: list[Rendered]) -> None:
     session still as rendered; hint browsers of those after commit."""
     for one in rendered:
         session, card = one.session, one.stored.card
-        current = Session.objects.filter(
+        unchanged = Session.objects.filter(
             pk=session.pk,
             state=session.state,
             needs_human=session.needs_human,
             title=session.title,
             updated_at=session.updated_at,
             agent__name=session.agent.name,
-        ).exists() and (
-            Card.objects.filter(session=session, revision=card.revision).exists()
-            if card is not None
-            else not Card.objects.filter(session=session).exists()
         )
+        if card is not None:
+            unchanged = unchanged.filter(card__revision=card.revision)
+        else:
+            unchanged = unchanged.filter(card__isnull=True)
+        current = unchanged.exists()
         if not current:
             continue  # changed since: its writer stores and hints its own
         try:

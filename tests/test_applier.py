@@ -21,7 +21,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks import applier
+from tasks import applier, fragments
 from tasks.models import Artifact, Delivery, Message, Session, SessionView, Task
 from tests.builders import artifact, status
 from tests.conftest import make_agent, push
@@ -194,3 +194,18 @@ def test_the_admin_applies_a_failed_delivery_now_once_its_cause_is_fixed(
     assert response.status_code == 302
     assert Delivery.objects.get(pk=broken).outcome == "applied"
     assert Artifact.objects.get().parts == [{"text": "# Results"}]
+
+
+def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_only):
+    registered = make_agent()
+    push(Client(), registered, status("WORKING", at=1, text="first"))
+    applier.drain()
+    session = Session.objects.select_related("agent").get()
+    stale = fragments.render_committed(session, None)  # rendered, then overtaken:
+    push(Client(), registered, status("WORKING", at=2, text="second"))
+    applier.drain()
+
+    fragments.store_rendered([stale])
+
+    view = SessionView.objects.get()
+    assert "second" in view.card and view.revision == Session.objects.get().card.revision
