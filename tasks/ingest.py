@@ -100,21 +100,28 @@ def receive(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Re
     "kept"; the applier applies it (applier.py). A second copy of a key is a duplicate."""
     try:
         with transaction.atomic():
-            delivery = Delivery.objects.create(
-                agent_id=endpoint.agent_id,
-                endpoint=endpoint,
-                idempotency_key=key,
-                received_at=timezone.now(),
-                kind=event.kind,
-                task_id=event.task_id,
-                body=body.decode(),
-            )
+            delivery = _keep(endpoint.agent_id, endpoint, key, body, event)
     except IntegrityError:
         duplicate = _duplicate(endpoint.agent_id, key)
         if duplicate is None:
             raise
         return duplicate
     return Result(delivery, duplicate=False)
+
+
+def _keep(
+    agent_id: int, endpoint: PushEndpoint | None, key: str, body: bytes, event: p.Event
+) -> Delivery:
+    """The delivery row, pending; its unique (agent, key) refuses a second copy."""
+    return Delivery.objects.create(
+        agent_id=agent_id,
+        endpoint=endpoint,
+        idempotency_key=key,
+        received_at=timezone.now(),
+        kind=event.kind,
+        task_id=event.task_id,
+        body=body.decode(),
+    )
 
 
 def _duplicate(agent_id: int, key: str) -> Result | None:
@@ -219,14 +226,8 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
     # rather than through the inbox.
     try:
         with transaction.atomic():
-            delivery = Delivery.objects.create(
-                agent=agent,
-                idempotency_key=key,
-                received_at=timezone.now(),
-                kind=event.kind,
-                task_id=event.task_id,
-                body=body.decode(),
-            )
+            delivery = _keep(agent.pk, None, key, body, event)
+            delivery.agent = agent
             applied = apply_delivery(delivery, event)
             if applied.session is not None:
                 derive([applied])
