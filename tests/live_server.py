@@ -30,7 +30,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from tasks.models import Delivery
+from tasks import fragments
+from tasks.models import Delivery, Session, Task
 from tests.conftest import RegisteredAgent, encode, sign_headers
 from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
 
@@ -205,12 +206,34 @@ def push_http(
 
 
 def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
-    """Until the server's applier has applied the delivery (it shares the test's database)."""
+    """Until the server's applier has applied the delivery and stored its session's fragments
+    (it shares the test's database): then the hint about it has gone out too, so a socket
+    opened after this hears only later ones."""
     deadline = time.monotonic() + timeout
-    while Delivery.objects.filter(pk=delivery_id, outcome=Delivery.Outcome.PENDING).exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"delivery {delivery_id} was not applied in {timeout} s")
-        time.sleep(0.01)
+
+    def wait(done, what: str) -> None:
+        while not done():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"delivery {delivery_id}: {what} in {timeout} s")
+            time.sleep(0.01)
+
+    pending = Delivery.objects.filter(pk=delivery_id, outcome=Delivery.Outcome.PENDING)
+    wait(lambda: not pending.exists(), "not applied")
+    delivery = Delivery.objects.get(pk=delivery_id)
+    task = Task.objects.filter(agent_id=delivery.agent_id, task_id=delivery.task_id).first()
+    if task is None:
+        return  # nothing of it was applied to a session (a message that names none)
+
+    def stored() -> bool:
+        session = Session.objects.select_related("card", "view").get(pk=task.session_id)
+        view, card = getattr(session, "view", None), getattr(session, "card", None)
+        return (
+            view is not None
+            and view.version == fragments.version()
+            and view.revision == (card.revision if card else 0)
+        )
+
+    wait(stored, "its session's fragments not stored")
 
 
 __all__ = ["LiveServer", "push_http", "session_cookie", "child_database_url"]
