@@ -85,7 +85,7 @@ def handle_push(
             "detail": "the delivery could not be stored and nothing of it was kept; send it again",
         }
     if not result.duplicate:
-        applier.wake()
+        applier.wake(result.delivery.pk)
     outcome = "duplicate" if result.duplicate else "accepted"
     return 200, {"outcome": outcome, "delivery": result.delivery.pk}
 
