@@ -313,3 +313,4 @@ def _apply_one(delivery_id: int) -> None:
         # Its row is held for a moment (a duplicate being counted on it), or its session is
         # (another request applying to it): try again shortly.
         time.sleep(0.01)
+    drain()  # held longer than that: whatever is due now, this one included
