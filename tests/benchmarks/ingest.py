@@ -137,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead of the load test, profile PUSHES pushes in-process and count queries",
     )
     parser.add_argument(
-        "--profile-out", type=Path, help="also save the profile's pstats there (for snakeviz)"
+        "--profile-out", type=Path, help="also save the profile's pstats there, and the applier's in <path>.apply (for snakeviz)"
     )
     parser.add_argument(
         "--drain-timeout",
@@ -967,6 +967,8 @@ def profile_in_process(
         while apply_batch().claimed:
             pass
         apply_profiler.disable()
+        if out is not None:
+            apply_profiler.dump_stats(out.with_name(out.name + ".apply"))
         _print_profile(apply_profiler, f"applying those {pushes} pushes (apply_batch)")
 
 
