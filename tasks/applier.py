@@ -37,7 +37,7 @@ from django.db import OperationalError, close_old_connections, connection, trans
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import fragments, ingest, protocol
+from tasks import changes, fragments, ingest, protocol
 from tasks.models import Agent, Delivery, Session
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ BATCH = 100  # deliveries claimed at once
 BATCH_SECONDS = 0.04
 POLL_SECONDS = 1.0  # how often an idle applier looks for work nobody woke it for
 MAX_BACKOFF = timedelta(hours=1)
-LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
 
 
 def backoff(attempts: int) -> timedelta:
@@ -139,8 +138,10 @@ def _apply(
     session once. `alone`: derive each delivery's session with it, in its savepoint, so a
     failure to derive is that delivery's failure."""
     locked = ingest.Locked(nowait=nowait)
+    locked.preload(claimed)
     by_session: dict[int, list[ingest._Applier]] = {}
     teams: dict[int, int | None] = {}
+    done: list[Delivery] = []
     started = time.monotonic()
     for delivery in claimed:
         if seconds is not None and time.monotonic() - started > seconds and by_session:
@@ -148,12 +149,12 @@ def _apply(
         try:
             with transaction.atomic():
                 event = protocol.parse(delivery.body.encode())
-                applied = ingest.apply_delivery(delivery, event, locked)
+                applied = ingest.apply_delivery(delivery, event, locked, save=alone)
                 if alone and applied.session is not None:
                     ingest.derive([applied])
         except OperationalError as error:
             locked.forget()
-            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            if changes.held(error):
                 batch.deferred += 1
             else:
                 _failed(delivery, error, now)
@@ -165,9 +166,12 @@ def _apply(
             batch.failed += 1
             continue
         batch.applied += 1
+        done.append(delivery)
         if applied.session is not None:
             by_session.setdefault(applied.session.pk, []).append(applied)
             teams[applied.session.pk] = delivery.agent.team_id
+    if not alone:
+        ingest.record_outcomes(done)
     changed = {}
     for session_id, appliers in by_session.items():
         if not alone:

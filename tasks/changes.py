@@ -14,8 +14,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import OperationalError
+
 from tasks import cards, fragments
 from tasks.models import Agent, Session
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
+
+
+def held(error: OperationalError) -> bool:
+    """Whether a `nowait` lock failed because another transaction holds the row."""
+    return getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
 
 
 def open_session(agent: Agent, context_id: str, *, at: datetime, nowait: bool = False) -> Session:
@@ -31,6 +40,14 @@ def lock(session_id: int, *, nowait: bool = False) -> Session:
     waiting when another process holds it (an applier then leaves its deliveries for later
     rather than queue behind, or deadlock with, another applier)."""
     return Session.objects.select_for_update(nowait=nowait).get(pk=session_id)
+
+
+def lock_all(session_ids: set[int], *, skip_locked: bool = False) -> list[Session]:
+    """Lock several sessions' rows at once, in one order (by id), so two writers locking
+    overlapping sets never deadlock. `skip_locked`: leave out (rather than wait for) those
+    another transaction holds."""
+    sessions = Session.objects.select_for_update(skip_locked=skip_locked)
+    return list(sessions.filter(pk__in=session_ids).order_by("pk"))
 
 
 def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Written:

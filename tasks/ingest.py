@@ -144,6 +144,36 @@ class Locked:
         self.tasks: dict[tuple[int, str], Task] = {}
         self.forgot = False
 
+    def preload(self, deliveries: list[Delivery]) -> None:
+        """Lock and load, in three queries, the sessions and tasks these deliveries go to
+        that exist already, rather than three queries per task as each is first met. Any
+        session another process holds is passed over: its deliveries meet it one by one, as
+        before (and are deferred, with `nowait`)."""
+        wanted = {(d.agent_id, d.task_id) for d in deliveries if d.task_id}
+        if not wanted:
+            return
+        sessions_of = {
+            (agent_id, task_id): session_id
+            for agent_id, task_id, session_id in Task.objects.filter(
+                agent_id__in={a for a, _ in wanted}, task_id__in={t for _, t in wanted}
+            ).values_list("agent_id", "task_id", "session_id")
+            if (agent_id, task_id) in wanted
+        }
+        if not sessions_of:
+            return
+        agents = {d.agent_id: d.agent for d in deliveries}
+        sessions = changes.lock_all(set(sessions_of.values()), skip_locked=self.nowait)
+        for session in sessions:
+            # Rendering names the agent: no query per session for it.
+            session.agent = agents.get(session.agent_id) or session.agent
+            self.sessions[session.pk] = session
+        for task in Task.objects.filter(
+            session_id__in=self.sessions.keys(),
+            agent_id__in={a for a, _ in wanted},
+            task_id__in={t for _, t in sessions_of},
+        ):
+            self.tasks[(task.agent_id, task.task_id)] = task
+
     def forget(self) -> None:
         """A delivery was rolled back: what it changed of these objects in memory is not in
         the database, so they are read again (the row locks stay: the transaction goes on)."""
@@ -162,9 +192,12 @@ class Locked:
         return self.sessions.setdefault(session.pk, session)
 
 
-def apply_delivery(delivery: Delivery, event: p.Event, locked: Locked | None = None) -> _Applier:
+def apply_delivery(
+    delivery: Delivery, event: p.Event, locked: Locked | None = None, *, save: bool = True
+) -> _Applier:
     """Apply a stored delivery's event (in the caller's transaction) and record its outcome
-    on the delivery. The session it changed is derived afterwards, once for all of the
+    on the delivery (`save=False`: in memory only, for the caller to write with others, see
+    `record_outcomes`). The session it changed is derived afterwards, once for all of the
     batch's deliveries to it (`derive`), then published (changes.publish)."""
     applier = _Applier(delivery.agent, delivery.received_at, locked=locked or Locked())
     delivery.outcome = applier.run(event)
@@ -172,8 +205,33 @@ def apply_delivery(delivery: Delivery, event: p.Event, locked: Locked | None = N
     delivery.applied_at = timezone.now()
     delivery.last_error = ""
     delivery.retry_at = None
-    delivery.save(update_fields=["outcome", "warnings", "applied_at", "last_error", "retry_at"])
+    if save:
+        delivery.save(update_fields=_OUTCOME_FIELDS)
     return applier
+
+
+_OUTCOME_FIELDS = ["outcome", "warnings", "applied_at", "last_error", "retry_at"]
+
+
+def record_outcomes(deliveries: list[Delivery]) -> None:
+    """Write applied deliveries' outcomes: one UPDATE per outcome for those without warnings
+    (nearly all), one per delivery for the rest."""
+    plain: dict[str, list[int]] = {}
+    for delivery in deliveries:
+        if delivery.warnings:
+            delivery.save(update_fields=_OUTCOME_FIELDS)
+        else:
+            plain.setdefault(delivery.outcome, []).append(delivery.pk)
+    if not plain:
+        return
+    at = max(d.applied_at for d in deliveries)
+    for delivery in deliveries:
+        if not delivery.warnings:
+            delivery.applied_at = at
+    for outcome, pks in plain.items():
+        Delivery.objects.filter(pk__in=pks).update(
+            outcome=outcome, warnings=[], applied_at=at, last_error="", retry_at=None
+        )
 
 
 def derive(appliers: list[_Applier]) -> None:

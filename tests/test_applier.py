@@ -132,6 +132,32 @@ def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
     assert Message.objects.filter(session__context_id="ctx-1").count() == 4
 
 
+def test_a_batch_finds_and_locks_its_sessions_and_tasks_in_a_few_queries_not_per_task(kept_only):
+    registered = make_agent()
+    contexts = [f"ctx-{n}" for n in range(5)]
+    for n, context in enumerate(contexts):
+        push(Client(), registered, status("SUBMITTED", task=f"t-{n}", context=context, at=0))
+    applier.drain()
+    for n, context in enumerate(contexts):
+        push(Client(), registered, status("WORKING", task=f"t-{n}", context=context, at=1))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (5, 5)
+    one_by_one = [
+        q["sql"]
+        for q in queries
+        if '"tasks_task"."task_id" = ' in q["sql"]
+        or 'FROM "tasks_session" WHERE "tasks_session"."id" = ' in q["sql"]
+    ]
+    assert one_by_one == []
+    assert [Task.objects.get(task_id=f"t-{n}").state for n in range(5)] == [
+        "TASK_STATE_WORKING"
+    ] * 5
+    assert set(Delivery.objects.values_list("outcome", flat=True)) == {"applied"}
+
+
 @pytest.fixture
 def background(settings) -> Iterator[applier.Background]:
     """This process's applier thread, polling too rarely to matter: what it applies within

@@ -137,7 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead of the load test, profile PUSHES pushes in-process and count queries",
     )
     parser.add_argument(
-        "--profile-out", type=Path, help="also save the profile's pstats there, and the applier's in <path>.apply (for snakeviz)"
+        "--profile-out",
+        type=Path,
+        help="also save the pstats there, and the applier's in <path>.apply (for snakeviz)",
     )
     parser.add_argument(
         "--drain-timeout",
