@@ -111,11 +111,7 @@ def apply_batch(
             fragments.mark_stale(list(changed))
         batch.sessions = set(changed)
     # Committed: the write lock is free for pushes while the fragments render.
-    rendered = [
-        one
-        for session, team_id in changed.values()
-        if (one := fragments.render_committed(session, team_id)) is not None
-    ]
+    rendered = fragments.render_committed(list(changed.values()))
     if rendered:
         try:
             with writing(), transaction.atomic():

@@ -217,35 +217,50 @@ class Rendered:
     stored: Stored
 
 
-def render_committed(session: Session, team_id: int | None) -> Rendered | None:
-    """Render a changed session's fragments after its change committed (no lock held)."""
+def render_committed(changed: list[tuple[Session, int | None]]) -> list[Rendered]:
+    """Render changed sessions' fragments (with their teams) after their change committed
+    (no lock held); one query reads all of their cards."""
     try:
-        card = Card.objects.filter(session=session).first()
-        return Rendered(session, team_id, Stored(card, render(session, card)))
+        cards = Card.objects.in_bulk([s.pk for s, _ in changed], field_name="session_id")
     except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
-        log.exception("could not render the fragments of session %s", session.pk)
-        return None
+        log.exception("could not read the cards of sessions to render")
+        return []
+    rendered = []
+    for session, team_id in changed:
+        card = cards.get(session.pk)
+        try:
+            rendered.append(Rendered(session, team_id, Stored(card, render(session, card))))
+        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+            log.exception("could not render the fragments of session %s", session.pk)
+    return rendered
+
+
+def _as_rendered(one: Rendered) -> tuple:
+    session, card = one.session, one.stored.card
+    return (
+        session.state,
+        session.needs_human,
+        session.title,
+        session.updated_at,
+        session.agent.name,
+        card.revision if card is not None else None,
+    )
 
 
 def store_rendered(rendered: list[Rendered]) -> None:
     """Store what `render_committed` rendered, in the caller's (short) transaction, for each
-    session still as rendered; hint browsers of those after commit."""
+    session still as rendered (one query tells); hint browsers of those after commit."""
+    now = {
+        pk: shown
+        for pk, *shown in Session.objects.filter(
+            pk__in=[one.session.pk for one in rendered]
+        ).values_list(
+            "pk", "state", "needs_human", "title", "updated_at", "agent__name", "card__revision"
+        )
+    }
     for one in rendered:
         session, card = one.session, one.stored.card
-        unchanged = Session.objects.filter(
-            pk=session.pk,
-            state=session.state,
-            needs_human=session.needs_human,
-            title=session.title,
-            updated_at=session.updated_at,
-            agent__name=session.agent.name,
-        )
-        if card is not None:
-            unchanged = unchanged.filter(card__revision=card.revision)
-        else:
-            unchanged = unchanged.filter(card__isnull=True)
-        current = unchanged.exists()
-        if not current:
+        if now.get(session.pk) != list(_as_rendered(one)):
             continue  # changed since: its writer stores and hints its own
         try:
             with transaction.atomic():
