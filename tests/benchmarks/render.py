@@ -5,7 +5,7 @@ Each kind below is a session with a stored card written through `cards.store` (s
 is sanitized HTML and its facts are what ingest writes): no card, a plan of 5 or 20 steps
 (a tile shows 5 of them), a note, an open question, an answer sent, a finished session with
 cost, trace id and unconfirmed effects. Every round loads each session the way the applier
-holds it (the locked row, no related objects) and its card the way `render_committed` reads
+holds it (the locked row, with the agent its batch loaded) and its card the way `render_committed` reads
 it; only `fragments.render` is timed, lazy lookups it makes included.
 
 Runs in this process after migrating a fresh database (SQLite in a temporary directory, or a
@@ -185,17 +185,19 @@ def make_sessions(copies: int) -> list[tuple[str, int]]:
 
 def measure(args: argparse.Namespace) -> dict:
     from tasks import fragments
-    from tasks.models import Card, Session
+    from tasks.models import Agent, Card, Session
 
     made = make_sessions(args.copies)
+    agent = Agent.objects.get()
     times: dict[str, list[float]] = {kind: [] for kind, *_ in KINDS}
     cpu_times: dict[str, list[float]] = {kind: [] for kind, *_ in KINDS}
     rendered: dict[int, dict[str, str]] = {}
     for round_number in range(WARMUP_ROUNDS + args.rounds):
         for kind, pk in made:
-            # As the applier holds them: the locked row alone; the card as render_committed
-            # reads it.
+            # As the applier holds them: the locked row with the agent its batch loaded;
+            # the card as render_committed reads it.
             session = Session.objects.get(pk=pk)
+            session.agent = agent
             card = Card.objects.filter(session=session).first()
             started, started_cpu = time.perf_counter(), time.process_time()
             html = fragments.render(session, card)
