@@ -35,7 +35,7 @@ PARTIALS = {
 
 # What else the fragments are made of: a partial the card includes, and the Python that
 # puts the state and steps into words. A change to any of them is a change of markup.
-INCLUDED = ("tasks/_card_step.html",)
+INCLUDED = ("tasks/_card_steps.html",)
 
 
 @functools.cache
