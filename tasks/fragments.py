@@ -33,6 +33,9 @@ PARTIALS = {
 }
 
 
+# The partials show numbers unlocalized ({% localize off %}): ids and revisions in attributes
+# the scripts read, and counts; each localized number would also cost a locale lookup.
+
 # What else the fragments are made of: a partial the card includes, and the Python that
 # puts the state and steps into words. A change to any of them is a change of markup.
 INCLUDED = ("tasks/_card_steps.html",)
