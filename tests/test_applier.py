@@ -132,6 +132,21 @@ def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
     assert Message.objects.filter(session__context_id="ctx-1").count() == 4
 
 
+def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kept_only):
+    registered = make_agent()
+    for number in range(3):
+        push(Client(), registered, status("WORKING", task=f"t-{number}", context=f"c-{number}"))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (3, 3)
+    agents = [q["sql"] for q in queries if 'FROM "tasks_agent"' in q["sql"]]
+    assert len(agents) == 1, agents
+    # The tiles it stored still name the agent.
+    assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
+
+
 @pytest.fixture
 def background(settings) -> Iterator[applier.Background]:
     """This process's applier thread, polling too rarely to matter: what it applies within
