@@ -5,8 +5,9 @@ Each kind below is a session with a stored card written through `cards.store` (s
 is sanitized HTML and its facts are what ingest writes): no card, a plan of 5 or 20 steps
 (a tile shows 5 of them), a note, an open question, an answer sent, a finished session with
 cost, trace id and unconfirmed effects. Every round loads each session the way the applier
-holds it (the locked row, with the agent its batch loaded) and its card the way `render_committed` reads
-it; only `fragments.render` is timed, lazy lookups it makes included.
+holds it (the locked row, with the agent its batch loaded) and its card the way
+`render_committed` reads it; only `fragments.render` is timed, lazy lookups it makes
+included.
 
 Runs in this process after migrating a fresh database (SQLite in a temporary directory, or a
 dedicated PostgreSQL database `onlooker_bench_render` when DATABASE_URL is set). All times
