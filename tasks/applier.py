@@ -172,7 +172,13 @@ def _apply(
     for session_id, appliers in by_session.items():
         if not alone:
             ingest.derive(appliers)
-        changed[session_id] = (appliers[-1].session, teams[session_id])
+        session = appliers[-1].session
+        # Its fragments show its agent's name: the agent this batch loaded above, rather
+        # than a query per session when they render (store_rendered stores them only if
+        # the name is still the one they show).
+        if session.agent_id == appliers[-1].agent.pk:
+            session.agent = appliers[-1].agent
+        changed[session_id] = (session, teams[session_id])
     return changed
 
 

@@ -33,9 +33,12 @@ PARTIALS = {
 }
 
 
+# The partials show numbers unlocalized ({% localize off %}): ids and revisions in attributes
+# the scripts read, and counts; each localized number would also cost a locale lookup.
+
 # What else the fragments are made of: a partial the card includes, and the Python that
 # puts the state and steps into words. A change to any of them is a change of markup.
-INCLUDED = ("tasks/_card_step.html",)
+INCLUDED = ("tasks/_card_steps.html",)
 
 
 @functools.cache
@@ -58,15 +61,20 @@ def _context(session: Session, card: Card | None) -> dict:
     return {"session": session, "card": card, "state": states.of_session(session.state, facts)}
 
 
-def _tile_card(context: dict) -> str:
-    """The card as a tile shows it: the steps around the current one, not the whole plan."""
+def _tile_card(context: dict, card_html: str | None = None) -> str:
+    """The card as a tile shows it: the steps around the current one, not the whole plan.
+    Only that differs from the whole card (`in_tile` in _card.html), so a card whose plan
+    fits on a tile shows there as it is: `card_html`, when rendered already, is reused."""
+    card = context["card"]
+    if card is None or not card.hidden_tile_steps:
+        return render_to_string(PARTIALS["card"], context) if card_html is None else card_html
     return render_to_string(PARTIALS["card"], {**context, "in_tile": True})
 
 
 def render(session: Session, card: Card | None) -> dict[str, str]:
     context = _context(session, card)
     html = {"card": render_to_string(PARTIALS["card"], context)}
-    tile = {**context, "card_html": _tile_card(context)}
+    tile = {**context, "card_html": _tile_card(context, html["card"])}
     html["tile"] = render_to_string(PARTIALS["tile"], tile)
     for key in ("summary", "sidebar"):
         html[key] = render_to_string(PARTIALS[key], context)

@@ -158,6 +158,21 @@ def test_a_batch_finds_and_locks_its_sessions_and_tasks_in_a_few_queries_not_per
     assert set(Delivery.objects.values_list("outcome", flat=True)) == {"applied"}
 
 
+def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kept_only):
+    registered = make_agent()
+    for number in range(3):
+        push(Client(), registered, status("WORKING", task=f"t-{number}", context=f"c-{number}"))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (3, 3)
+    agents = [q["sql"] for q in queries if 'FROM "tasks_agent"' in q["sql"]]
+    assert len(agents) == 1, agents
+    # The tiles it stored still name the agent.
+    assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
+
+
 @pytest.fixture
 def background(settings) -> Iterator[applier.Background]:
     """This process's applier thread, polling too rarely to matter: what it applies within

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
     "burst": "tests.benchmarks.burst",
     "cards": "tests.benchmarks.cards",
+    "render": "tests.benchmarks.render",
     "live": "tests.benchmarks.live",
     "socket_access": "tests.benchmarks.socket_access",
 }
