@@ -26,6 +26,7 @@ from markdown_it import MarkdownIt
 
 from tasks.json_safety import cut
 from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
+from tasks.prepared import Prepared
 
 MAX_MARKDOWN_BYTES = 8192
 MAX_STEP_BYTES = 512
@@ -448,13 +449,18 @@ _NO_TIME = datetime.min.replace(tzinfo=UTC)
 RECENT_TASKS = 20
 
 
+# Read by every derive (prepared.py says why they are prepared).
+_RECENT_TASKS = Prepared(
+    lambda session_id: Task.objects.filter(session_id=session_id).order_by(
+        Coalesce("status_timestamp", "status_received_at").desc(), "-id"
+    )[:RECENT_TASKS]
+)
+_CARD = Prepared(lambda session_id: Card.objects.filter(session_id=session_id))
+
+
 def recent_tasks(session: Session) -> list[Task]:
     """The session's newest tasks (turns), newest first: everything its card shows."""
-    return list(
-        session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at")).order_by(
-            "-at", "-id"
-        )[:RECENT_TASKS]
-    )
+    return list(_RECENT_TASKS(session.pk))
 
 
 def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_READ) -> Written:
@@ -477,7 +483,7 @@ def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_RE
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
     status_digest = _content_digest(plan, markdown)
-    card = Card.objects.filter(session=session).first()
+    card = next(iter(_CARD(session.pk)), None)
     source = Card.Source.STATUS
     if card is not None and card.source == Card.Source.API and card.status_digest == status_digest:
         # Two writers, one card: the latest write wins. The statuses give no plan or note
