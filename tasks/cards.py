@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
+from tasks import prepared
 from tasks.json_safety import cut
 from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
 from tasks.prepared import Prepared
@@ -437,7 +438,7 @@ def store(
         card.source, card.status_digest = source, status_digest
         if content_changed:
             card.source_at = now
-        card.save()
+        prepared.update(card)  # card.save(), its UPDATE compiled once
     return Written(card, changed=True, content_changed=content_changed)
 
 

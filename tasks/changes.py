@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tasks import cards, fragments
+from tasks import cards, fragments, prepared
 from tasks.models import Agent, Session
 
 
@@ -38,11 +38,11 @@ def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Wri
     stored under it now. Call under its lock, after the change."""
     tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
     waiting = session.derive_state(tasks)
-    fields = ["state", "needs_human", "title"]
+    fields = ("state", "needs_human", "title")
     if updated_at is not None:
         session.updated_at = updated_at
-        fields.append("updated_at")
-    session.save(update_fields=fields)
+        fields += ("updated_at",)
+    prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
     return cards.from_session(session, tasks, question=waiting)
 
 

@@ -1,4 +1,4 @@
-"""Reads on the apply path, compiled by the ORM once and then run as SQL.
+"""Reads and writes on the apply path, compiled once and then run as SQL.
 
 Deriving a session (changes.derive) runs after every batch of pushes to it, and its reads are
 tiny (one session's rows, by index): building and compiling their QuerySets cost several times
@@ -102,3 +102,63 @@ class Prepared:
             attnames=tuple(column[0].target.attname for column in compiler.select[fields]),
             annotations=tuple(compiler.annotation_col_map.items()),
         )
+
+
+def update(instance: Model, fields: tuple[str, ...] | None = None) -> None:
+    """`instance.save(update_fields=fields)` (every field when None) for a row that is
+    stored, with its UPDATE compiled once. Like save(), it converts each value for the
+    database (`pre_save`, `get_db_prep_save`); it sends no model signals (Onlooker has none,
+    DESIGN.md). Anything it does not cover (a new row, an expression as a value, a field with
+    its own placeholder, no row updated) is left to save(), so the outcome is save()'s."""
+    if instance._state.adding or instance.pk is None:
+        instance.save(update_fields=fields)
+        return
+    model = type(instance)
+    alias = router.db_for_write(model, instance=instance)
+    connection = connections[alias]
+    statement = _UPDATES.get((model, fields, alias))
+    if statement is None:
+        statement = _UPDATES[(model, fields, alias)] = _update_statement(model, fields, connection)
+    sql, targets = statement
+    if sql is None:
+        instance.save(update_fields=fields)
+        return
+    params = []
+    for field in targets:
+        value = field.pre_save(instance, False)
+        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+            instance.save(update_fields=fields)
+            return
+        value = field.get_db_prep_save(value, connection)
+        if hasattr(value, "as_sql"):
+            instance.save(update_fields=fields)
+            return
+        params.append(value)
+    params.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        updated = cursor.rowcount
+    if updated != 1:
+        instance.save(update_fields=fields)  # save() decides: an INSERT, or its error
+
+
+# By (model, fields, database alias): the UPDATE (None: left to save()) and its fields.
+_UPDATES: dict[tuple, tuple[str | None, tuple]] = {}
+
+
+def _update_statement(
+    model: type[Model], names: tuple[str, ...] | None, connection
+) -> tuple[str | None, tuple]:
+    meta = model._meta
+    if names is None:
+        targets = tuple(f for f in meta.concrete_fields if not f.primary_key)
+    else:
+        targets = tuple(meta.get_field(name) for name in names)
+    if any(hasattr(field, "get_placeholder") or field.primary_key for field in targets):
+        return None, targets
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in targets)
+    # Only quoted names from the model go into the text; every value is a parameter.
+    sql = f"UPDATE {table} SET {assignments} WHERE {table}.{quote(meta.pk.column)} = %s"  # noqa: S608
+    return sql, targets
