@@ -24,8 +24,10 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
+from tasks import prepared
 from tasks.json_safety import cut
 from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
+from tasks.prepared import Prepared
 
 MAX_MARKDOWN_BYTES = 8192
 MAX_STEP_BYTES = 512
@@ -436,7 +438,7 @@ def store(
         card.source, card.status_digest = source, status_digest
         if content_changed:
             card.source_at = now
-        card.save()
+        prepared.update(card)  # card.save(), its UPDATE compiled once
     return Written(card, changed=True, content_changed=content_changed)
 
 
@@ -448,13 +450,18 @@ _NO_TIME = datetime.min.replace(tzinfo=UTC)
 RECENT_TASKS = 20
 
 
+# Read by every derive (prepared.py says why they are prepared).
+_RECENT_TASKS = Prepared(
+    lambda session_id: Task.objects.filter(session_id=session_id).order_by(
+        Coalesce("status_timestamp", "status_received_at").desc(), "-id"
+    )[:RECENT_TASKS]
+)
+_CARD = Prepared(lambda session_id: Card.objects.filter(session_id=session_id))
+
+
 def recent_tasks(session: Session) -> list[Task]:
     """The session's newest tasks (turns), newest first: everything its card shows."""
-    return list(
-        session.tasks.annotate(at=Coalesce("status_timestamp", "status_received_at")).order_by(
-            "-at", "-id"
-        )[:RECENT_TASKS]
-    )
+    return list(_RECENT_TASKS(session.pk))
 
 
 def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_READ) -> Written:
@@ -477,7 +484,7 @@ def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_RE
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
     status_digest = _content_digest(plan, markdown)
-    card = Card.objects.filter(session=session).first()
+    card = next(iter(_CARD(session.pk)), None)
     source = Card.Source.STATUS
     if card is not None and card.source == Card.Source.API and card.status_digest == status_digest:
         # Two writers, one card: the latest write wins. The statuses give no plan or note

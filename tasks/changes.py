@@ -16,7 +16,7 @@ from datetime import datetime
 
 from django.db import OperationalError
 
-from tasks import cards, fragments
+from tasks import cards, fragments, prepared
 from tasks.models import Agent, Session
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
@@ -55,11 +55,11 @@ def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Wri
     stored under it now. Call under its lock, after the change."""
     tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
     waiting = session.derive_state(tasks)
-    fields = ["state", "needs_human", "title"]
+    fields = ("state", "needs_human", "title")
     if updated_at is not None:
         session.updated_at = updated_at
-        fields.append("updated_at")
-    session.save(update_fields=fields)
+        fields += ("updated_at",)
+    prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
     return cards.from_session(session, tasks, question=waiting)
 
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.formats import time_format
 
 from tasks import tiers
+from tasks.prepared import Prepared
 from tasks.stored_json import StoredJSONDecoder
 
 
@@ -182,21 +183,17 @@ class Session(models.Model):
         newest, newest first). The state is the newest task's, unless a person is asked
         something in an older one: that task's state then, so a session is never shown done
         (or working) while a question in it waits, and a finished session never needs you.
-        Returns the newest open interaction (what the card asks), if any.
+        Returns the newest open interaction (what the card asks), if any, with its task's
+        state as `task_state` (its `task` is not loaded).
 
         A session needs a person exactly while one of its interactions is open: every writer
         of interactions derives this (changes.derive, under the session's row lock) before
         saving the session, so the flag the screens sort and count by never outlives the
         question."""
-        waiting = (
-            Interaction.objects.filter(task__session=self, state=Interaction.State.OPEN)
-            .select_related("task")
-            .order_by("-opened_at", "-id")
-            .first()
-        )
+        waiting = next(iter(_NEWEST_OPEN_INTERACTION(self.pk)), None)
         self.needs_human = waiting is not None
         if waiting is not None:
-            self.state = waiting.task.state
+            self.state = waiting.task_state
         elif tasks:
             self.state = tasks[0].state
         return waiting
@@ -208,6 +205,17 @@ class Session(models.Model):
 
         card = getattr(self, "card", None)
         return states.of_session(self.state, card.facts if card is not None else None)
+
+
+# A session's newest open interaction, with its task's state (`task_state`): read by every
+# derive (prepared.py says why it is prepared).
+_NEWEST_OPEN_INTERACTION = Prepared(
+    lambda session_id: (
+        Interaction.objects.filter(task__session_id=session_id, state=Interaction.State.OPEN)
+        .annotate(task_state=F("task__state"))
+        .order_by("-opened_at", "-id")[:1]
+    )
+)
 
 
 class Task(models.Model):

@@ -10,7 +10,7 @@ import pytest
 from django.apps import apps
 from django.test import Client
 
-from tasks import profile
+from tasks import cards, profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, push
@@ -105,3 +105,17 @@ def test_sessions_stored_saying_needs_you_without_an_open_question_are_set_right
 
     assert not Session.objects.get(pk=stale.pk).needs_human
     assert Session.objects.get(context_id="ctx-2").needs_human
+
+
+def test_a_question_in_a_turn_older_than_the_cards_newest_still_needs_you(ops):
+    """The card reads only the newest turns; the open question is looked for in all of them."""
+    registered = make_agent(team=ops)
+    asking = status("AUTH_REQUIRED", task="t-asks", at=1, metadata=approval("i-1", "Ship v2?"))
+    assert push(Client(), registered, asking).status_code == 200
+    for n in range(cards.RECENT_TASKS + 1):
+        later = status("COMPLETED", task=f"t-{n}", at=10 + n, text=f"Turn {n} done")
+        assert push(Client(), registered, later).status_code == 200
+
+    session = Session.objects.get()
+    assert (session.state, session.needs_human) == ("TASK_STATE_AUTH_REQUIRED", True)
+    assert session.card.facts["question"] == {"kind": "approval", "prompt": "Ship v2?"}
