@@ -173,6 +173,30 @@ def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kep
     assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
 
 
+def test_under_load_the_applier_pauses_after_a_small_batch_so_the_next_holds_more(kept_only):
+    registered = make_agent()
+    pauses = []
+
+    def pushes_arrive_meanwhile(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            for second in range(3, 8):
+                push(Client(), registered, status("WORKING", at=second, text=f"step {second}"))
+
+    push(Client(), registered, status("WORKING", at=1, text="step 1"))
+    push(Client(), registered, status("WORKING", at=2, text="step 2"))
+    assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 7
+
+    # Two at once is load: a pause, then the five that came meanwhile in one batch (applied
+    # at one time); five is still a small batch, so a pause again; then nothing is left.
+    assert pauses == [0.02, 0.02]
+    times = Delivery.objects.order_by("pk").values_list("applied_at", flat=True)
+    assert len(set(times[:2])) == 1 and len(set(times[2:])) == 1 and times[0] < times[2]
+    push(Client(), registered, status("WORKING", at=9, text="alone"))
+    assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 1
+    assert pauses == [0.02, 0.02], "a lone push waited"
+
+
 @pytest.fixture
 def background(settings) -> Iterator[applier.Background]:
     """This process's applier thread, polling too rarely to matter: what it applies within
