@@ -107,7 +107,9 @@ def apply_batch(
             with transaction.atomic():
                 changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql)
         except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
-            log.exception("a batch could not be applied whole; applying one at a time")
+            # One of its deliveries failed (or met a session another process holds):
+            # that one is found, and kept for a retry, one delivery at a time.
+            log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
             batch.applied = batch.failed = batch.deferred = 0
             changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql, alone=True)
         if changed:
@@ -133,9 +135,12 @@ def _apply(
     nowait: bool,
     alone: bool = False,
 ) -> dict[int, tuple[Session, int | None]]:
-    """Apply the claimed deliveries in order, each in a savepoint, then derive each changed
-    session once. `alone`: derive each delivery's session with it, in its savepoint, so a
-    failure to derive is that delivery's failure."""
+    """Apply the claimed deliveries in order, then derive each changed session once. Any
+    error raises, for the caller to roll the batch back and apply it `alone`: each delivery
+    in a savepoint and its session derived with it, so a failure (to apply or to derive) is
+    that delivery's alone, kept and retried, and a session another process holds defers
+    only its deliveries. Savepoints are not free (two statements, two round trips on
+    PostgreSQL, per delivery), and deliveries seldom fail: the batch is tried whole first."""
     locked = ingest.Locked(nowait=nowait)
     locked.preload(claimed)
     by_session: dict[int, list[ingest._Applier]] = {}
@@ -145,25 +150,16 @@ def _apply(
     for delivery in claimed:
         if seconds is not None and time.monotonic() - started > seconds and by_session:
             break  # the rest stay pending (and, once this commits, unlocked)
-        try:
-            with transaction.atomic():
-                event = protocol.parse(delivery.body.encode())
-                applied = ingest.apply_delivery(delivery, event, locked, save=alone)
-                if alone and applied.session is not None:
-                    ingest.derive([applied])
-        except OperationalError as error:
-            locked.forget()
-            if changes.held(error):
-                batch.deferred += 1
-            else:
-                _failed(delivery, error, now)
-                batch.failed += 1
+        if locked.held(delivery):
+            batch.deferred += 1  # another process is applying its session
             continue
-        except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
-            locked.forget()
-            _failed(delivery, error, now)
-            batch.failed += 1
-            continue
+        if alone:
+            applied = _apply_alone(delivery, batch, now, locked)
+            if applied is None:
+                continue
+        else:
+            event = protocol.parse(delivery.body.encode())
+            applied = ingest.apply_delivery(delivery, event, locked, save=False)
         batch.applied += 1
         done.append(delivery)
         if applied.session is not None:
@@ -183,6 +179,33 @@ def _apply(
             session.agent = appliers[-1].agent
         changed[session_id] = (session, teams[session_id])
     return changed
+
+
+def _apply_alone(
+    delivery: Delivery, batch: Batch, now, locked: ingest.Locked
+) -> ingest._Applier | None:
+    """One delivery in its own savepoint, its session derived with it; None if it was
+    rolled back (failed, and marked for a retry, or deferred)."""
+    try:
+        with transaction.atomic():
+            event = protocol.parse(delivery.body.encode())
+            applied = ingest.apply_delivery(delivery, event, locked)
+            if applied.session is not None:
+                ingest.derive([applied])
+    except OperationalError as error:
+        locked.forget()
+        if changes.held(error):
+            batch.deferred += 1
+        else:
+            _failed(delivery, error, now)
+            batch.failed += 1
+        return None
+    except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
+        locked.forget()
+        _failed(delivery, error, now)
+        batch.failed += 1
+        return None
+    return applied
 
 
 def _failed(delivery: Delivery, error: Exception, now) -> None:

@@ -142,13 +142,13 @@ class Locked:
         self.nowait = nowait
         self.sessions: dict[int, Session] = {}
         self.tasks: dict[tuple[int, str], Task] = {}
+        self._held: set[tuple[int, str]] = set()
         self.forgot = False
 
     def preload(self, deliveries: list[Delivery]) -> None:
         """Lock and load, in three queries, the sessions and tasks these deliveries go to
-        that exist already, rather than three queries per task as each is first met. Any
-        session another process holds is passed over: its deliveries meet it one by one, as
-        before (and are deferred, with `nowait`)."""
+        that exist already, rather than three queries per task as each is first met. A session
+        another process holds is passed over, and its deliveries are deferred (`held`)."""
         wanted = {(d.agent_id, d.task_id) for d in deliveries if d.task_id}
         if not wanted:
             return
@@ -163,6 +163,8 @@ class Locked:
             return
         agents = {d.agent_id: d.agent for d in deliveries}
         sessions = changes.lock_all(set(sessions_of.values()), skip_locked=self.nowait)
+        locked = {session.pk for session in sessions}
+        self._held = {key for key, session_id in sessions_of.items() if session_id not in locked}
         for session in sessions:
             # Rendering names the agent: no query per session for it.
             session.agent = agents.get(session.agent_id) or session.agent
@@ -173,6 +175,11 @@ class Locked:
             task_id__in={t for _, t in sessions_of},
         ):
             self.tasks[(task.agent_id, task.task_id)] = task
+
+    def held(self, delivery: Delivery) -> bool:
+        """Whether `preload` found the session of this delivery's task held by another
+        process (its deliveries wait for a later batch)."""
+        return (delivery.agent_id, delivery.task_id) in self._held
 
     def forget(self) -> None:
         """A delivery was rolled back: what it changed of these objects in memory is not in

@@ -10,6 +10,8 @@ the database's triggers refuse only what commits.
 from __future__ import annotations
 
 import io
+import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
@@ -156,6 +158,63 @@ def test_a_batch_finds_and_locks_its_sessions_and_tasks_in_a_few_queries_not_per
         "TASK_STATE_WORKING"
     ] * 5
     assert set(Delivery.objects.values_list("outcome", flat=True)) == {"applied"}
+
+
+def test_a_batch_whose_deliveries_all_apply_takes_no_savepoint_per_delivery(kept_only):
+    registered = make_agent()
+    for context in ("ctx-1", "ctx-2"):  # started: creating rows takes savepoints of its own
+        push(Client(), registered, status("SUBMITTED", task=f"t-{context}", context=context))
+    applier.drain()
+    for second in range(1, 4):
+        for context in ("ctx-1", "ctx-2"):
+            task = f"t-{context}"
+            push(Client(), registered, status("WORKING", task=task, context=context, at=second))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (6, 2)
+    savepoints = [q["sql"] for q in queries if q["sql"].startswith("SAVEPOINT")]
+    # The batch's own, marking fragments stale, and storing each session's fragments.
+    assert len(savepoints) == 2 + 2, savepoints
+
+
+def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(kept_only, caplog):
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
+    registered = make_agent()
+    for context in ("busy", "free"):
+        push(Client(), registered, status("SUBMITTED", task=f"t-{context}", context=context))
+    applier.drain()
+    for context in ("busy", "free"):
+        push(Client(), registered, status("WORKING", task=f"t-{context}", context=context, at=1))
+    holding, release = threading.Event(), threading.Event()
+
+    def another_process_applying_busy() -> None:
+        try:
+            with transaction.atomic():
+                Session.objects.select_for_update().get(context_id="busy")
+                holding.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=another_process_applying_busy)
+    other.start()
+    try:
+        assert holding.wait(10)
+        with caplog.at_level(logging.INFO, logger="tasks.applier"):
+            batch = applier.apply_batch()
+    finally:
+        release.set()
+        other.join(10)
+
+    assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (2, 1, 1, 0)
+    assert "applied whole" not in caplog.text, "a held session made the batch start over"
+    states = dict(Task.objects.values_list("task_id", "state"))
+    assert states == {"t-busy": "TASK_STATE_SUBMITTED", "t-free": "TASK_STATE_WORKING"}
+    assert applier.drain() == 1
+    assert Task.objects.get(task_id="t-busy").state == "TASK_STATE_WORKING"
 
 
 def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kept_only):
