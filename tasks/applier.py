@@ -42,7 +42,7 @@ from tasks.models import Agent, Delivery, Session
 
 log = logging.getLogger(__name__)
 
-BATCH = 100  # deliveries claimed at once
+BATCH = 500  # deliveries claimed at once
 # A batch holds SQLite's one write lock while it runs, and every push's 2xx waits for that
 # lock: a batch stops taking more deliveries after this long.
 BATCH_SECONDS = 0.04

@@ -75,6 +75,18 @@ def test_a_push_is_kept_pending_and_acknowledged_before_it_is_applied(kept_only)
     assert again.json() == {"outcome": "duplicate", "delivery": delivery_id}
 
 
+def test_a_push_is_kept_with_one_statement_that_commits_on_its_own(kept_only):
+    registered = make_agent()
+
+    with CaptureQueriesContext(connection) as queries:
+        accepted(push(Client(), registered, status("WORKING", at=1, text="Starting")))
+
+    statements = [q["sql"].split()[0] for q in queries]
+    # The endpoint (tests cache it for no time), then the delivery: no BEGIN or COMMIT.
+    assert statements == ["SELECT", "INSERT"], statements
+    assert Delivery.objects.count() == 1
+
+
 def test_a_delivery_whose_apply_fails_is_kept_marked_retried_and_stops_nothing_else(
     kept_only, database
 ):
