@@ -8,18 +8,21 @@ then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`: on the reques
 delivery is committed, so a test's push is applied when its response arrives.
 
 A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
-LOCKED` on PostgreSQL, so processes never claim the same ones), applies them in the order
-they were received, each in a savepoint, and derives every session it changed once, at the
-end. Its fragments are rendered once per batch however many of its pushes the batch held,
-after the batch commits (so pushes are not kept waiting for SQLite's write lock while they
-render), and stored in a short second transaction; browsers are hinted after that commits
-(fragments.py says how nothing stale is ever shown meanwhile). A session another process is
-applying (its row is locked) is skipped, not waited for: its deliveries stay pending for the
-next batch, so one session is never applied by two processes at once and two appliers never
-deadlock.
+LOCKED` on PostgreSQL, so processes never claim the same ones), locks and loads the sessions
+and tasks they go to in three queries, applies them in the order they were received, and
+derives every session it changed once, at the end. Its fragments are rendered once per batch
+however many of its pushes the batch held, after the batch commits (so pushes are not kept
+waiting for SQLite's write lock while they render), and stored in a short second
+transaction; browsers are hinted after that commits (fragments.py says how nothing stale is
+ever shown meanwhile). A session another process is applying (its row is locked) is skipped,
+not waited for: its deliveries stay pending for the next batch, so one session is never
+applied by two processes at once and two appliers never deadlock. Under load, a small batch
+is followed by a short pause so the next one holds more (`drain`); a lone push never waits.
 
-A delivery whose apply raises is rolled back alone, kept with its error, and tried again
-with backoff; it never stops the rest of its batch.
+A batch is tried whole, without a savepoint per delivery; if anything in it raises, it is
+rolled back and applied again one delivery at a time, each in a savepoint: a delivery whose
+apply raises is then rolled back alone, kept with its error, and tried again with backoff;
+it never stops the rest of its batch.
 """
 
 from __future__ import annotations
