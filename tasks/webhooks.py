@@ -313,8 +313,10 @@ def _handle_in_thread(endpoint_id: str, headers: Mapping[str, str], body: bytes)
 
 
 async def _send_json(send, status: int, data: dict, *, close: bool = False) -> None:
-    headers = [(b"content-type", b"application/json")]
+    body = json.dumps(data).encode()
+    # With its length given the answer goes out whole, not as a chunked stream.
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": json.dumps(data).encode()})
+    await send({"type": "http.response.body", "body": body})

@@ -169,6 +169,9 @@ def test_asgi_path_answers_pushes_as_the_view_does():
     code, headers, body = asgi_request(registered.path, json_type + signed, raw)
     assert (code, json.loads(body)["outcome"]) == (200, "accepted")
     assert headers[b"content-type"] == b"application/json"
+    # Its length given, the answer is not a chunked stream: an agent's keep-alive client
+    # reads it whole and sends the next push on the same connection.
+    assert headers[b"content-length"] == str(len(body)).encode()
 
     code, _, body = asgi_request(registered.path, json_type + signed, raw)
     assert (code, json.loads(body)["outcome"]) == (200, "duplicate")
