@@ -123,6 +123,31 @@ def test_a_delivery_whose_apply_fails_is_kept_marked_retried_and_stops_nothing_e
     assert Artifact.objects.get(task__agent=failing.agent).parts == [{"text": "# Results"}]
 
 
+def test_a_failure_inside_a_batch_leaves_the_same_sessions_other_deliveries_applied_in_order(
+    kept_only, database
+):
+    registered = make_agent()
+    push(Client(), registered, status("WORKING", at=1, text="Cloning"))
+    applier.drain()
+    database.refuse("tasks_artifact", "INSERT")
+    before = accepted(push(Client(), registered, status("WORKING", at=2, text="Building")))
+    broken = accepted(push(Client(), registered, artifact("report", "# Results")))
+    after = accepted(push(Client(), registered, status("WORKING", at=3, text="Testing")))
+
+    batch = applier.apply_batch(seconds=60.0)
+
+    # Tried whole, rolled back by the failure, then applied one at a time: the failure is
+    # the artifact's alone, and the session ends where its other pushes left it.
+    assert (batch.applied, batch.failed, batch.deferred) == (2, 1, 0)
+    outcomes = dict(Delivery.objects.values_list("pk", "outcome"))
+    assert [outcomes[pk] for pk in (before, broken, after)] == ["applied", "pending", "applied"]
+    assert Delivery.objects.get(pk=broken).attempts == 1
+    session = Session.objects.select_related("card").get()
+    assert session.card.markdown == "Testing"
+    assert "Testing" in SessionView.objects.get(session=session).card
+    assert not Artifact.objects.exists()
+
+
 def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
     registered = make_agent()
     push(Client(), registered, status("SUBMITTED", at=0))
