@@ -168,14 +168,9 @@ class Locked:
         }
         if not sessions_of:
             return
-        agents = {d.agent_id: d.agent for d in deliveries}
         sessions = changes.lock_all(set(sessions_of.values()), skip_locked=self.nowait)
-        locked = {session.pk for session in sessions}
-        self._held = {key for key, session_id in sessions_of.items() if session_id not in locked}
-        for session in sessions:
-            # Rendering names the agent: no query per session for it.
-            session.agent = agents.get(session.agent_id) or session.agent
-            self.sessions[session.pk] = session
+        self.sessions.update((session.pk, session) for session in sessions)
+        self._held = {key for key, id_ in sessions_of.items() if id_ not in self.sessions}
         for task in Task.objects.filter(
             session_id__in=self.sessions.keys(),
             agent_id__in={a for a, _ in wanted},
