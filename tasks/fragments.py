@@ -259,7 +259,7 @@ def store_rendered(rendered: list[Rendered]) -> None:
     """Store what `render_committed` rendered, in the caller's (short) transaction, for each
     session still as rendered (one query tells); hint browsers of those after commit."""
     now = {
-        pk: shown
+        pk: tuple(shown)
         for pk, *shown in Session.objects.filter(
             pk__in=[one.session.pk for one in rendered]
         ).values_list(
@@ -268,7 +268,7 @@ def store_rendered(rendered: list[Rendered]) -> None:
     }
     for one in rendered:
         session, card = one.session, one.stored.card
-        if now.get(session.pk) != list(_as_rendered(one)):
+        if now.get(session.pk) != _as_rendered(one):
             continue  # changed since: its writer stores and hints its own
         try:
             with transaction.atomic():
