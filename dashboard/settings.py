@@ -12,7 +12,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -258,13 +258,33 @@ AXES_DISABLE_ACCESS_LOG = True
 # cookies cannot get round a lockout by username.
 SILENCED_SYSTEM_CHECKS = ["axes.W006"]
 
-# Email, needed only for password reset: without EMAIL_HOST the reset pages are not routed
-# (dashboard/urls.py), so no anonymous request makes Onlooker try to send mail.
+# Email, for password reset and email notification channels: without EMAIL_HOST the reset
+# pages are not routed (dashboard/urls.py), so no anonymous request makes Onlooker try to
+# send mail, and no email channel can be made. EMAIL_URL sets them all in one:
+# smtp://user:password@host:port, smtp+tls://… (STARTTLS) or smtps://… (TLS).
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip()
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "").strip()
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", default=False)
+_email_url = os.environ.get("EMAIL_URL", "").strip()
+if _email_url:
+    _mail = urlsplit(_email_url)
+    _mail_ports = {"smtp": 25, "smtp+tls": 587, "smtps": 465}
+    if _mail.scheme not in _mail_ports or not _mail.hostname:
+        raise ImproperlyConfigured(
+            "EMAIL_URL must look like smtp://user:password@host:port (or smtp+tls://, smtps://)"
+        )
+    try:
+        EMAIL_PORT = _mail.port or _mail_ports[_mail.scheme]
+    except ValueError:
+        raise ImproperlyConfigured("EMAIL_URL has a port that is not a number") from None
+    EMAIL_HOST = _mail.hostname
+    EMAIL_HOST_USER = unquote(_mail.username or "")
+    EMAIL_HOST_PASSWORD = unquote(_mail.password or "")
+    EMAIL_USE_TLS = _mail.scheme == "smtp+tls"
+    EMAIL_USE_SSL = _mail.scheme == "smtps"
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "").strip() or "webmaster@localhost"
 # A mail server that does not answer must not hold a request (and its worker) forever.
 EMAIL_TIMEOUT = 10

@@ -38,6 +38,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.notify import outbox
 
 log = logging.getLogger(__name__)
 
@@ -342,8 +343,10 @@ def _unconfirmed(
 def _record(interaction: Interaction, claim: _Claim) -> Interaction:
     """The agent took it. Also when its next status already closed the question meanwhile
     (a push can overtake the reply): it was answered, and the agent confirmed."""
+    now = timezone.now()
     with _changing(interaction):
-        Interaction.objects.record_answered(claim.bound, at=timezone.now())
+        if Interaction.objects.record_answered(claim.bound, at=now):
+            outbox.resolved([(interaction.pk, claim.bound.round)], at=now)
     return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
 
 
@@ -404,6 +407,7 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
         after = _bound(interaction)
         why = after.dismissed_because
         if dismissed:
+            outbox.resolved([(interaction.pk, current.round)], at=now)
             Message.objects.create(
                 session_id=task.session_id,
                 task=task,

@@ -104,19 +104,7 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
     ]
     data["totals"] = activity.totals(session)
     data["interactions"] = [
-        {
-            "interactionId": i.interaction_id,
-            "taskId": i.task.task_id,
-            "kind": i.kind,
-            "prompt": i.prompt,
-            "detail": i.detail,  # as the agent sent it (interactions/v1), null when none
-            "state": i.state,
-            # The decision sent (or being sent), who made it and when; null before one.
-            "answer": i.answer,
-            "reason": i.reason or None,
-            "answeredBy": i.answered_by.get_username() if i.answered_by else None,
-            "answeredAt": i.answered_at,
-        }
+        i.as_json()
         for i in Interaction.objects.filter(task__session=session)
         .select_related("task", "answered_by")
         .order_by("opened_at", "id")

@@ -38,6 +38,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.notify import outbox
 
 CURRENT, HISTORY, AFTER_TERMINAL = "current", "history", "after_terminal"
 _OUTCOMES = {
@@ -555,8 +556,12 @@ class _Applier:
         )
         if not current:
             return
-        if not created and _asked_again(interaction, status):
-            Interaction.objects.reopen(interaction, **asking)
+        # Asked for the first time, or anew (a new round): the team hears of it.
+        asked = created or (
+            _asked_again(interaction, status) and Interaction.objects.reopen(interaction, **asking)
+        )
+        if asked:
+            outbox.opened(interaction, self.session, self.agent, at=self.now)
         self._close_interactions(task, keep=interaction)
 
     def _close_interactions(self, task: Task, keep: Interaction | None) -> None:
@@ -566,7 +571,7 @@ class _Applier:
             # Only a waiting task has pending interactions, and `task.state` is still the
             # stored one here (this status's is set after): most pushes need no UPDATE.
             return
-        task.interactions.close(keep=keep)
+        outbox.resolved(task.interactions.close(keep=keep), at=self.now)
 
     # -- transcript -----------------------------------------------------------------------
 

@@ -369,14 +369,20 @@ class InteractionQuerySet(models.QuerySet):
             )
         )
 
-    def close(self, *, keep: Interaction | None = None) -> int:
+    def close(self, *, keep: Interaction | None = None) -> list[tuple[int, int]]:
         """The agent moved on from these (all pending but `keep`): closed, keeping any
         decision sent to them; a call still in flight records its confirmation over this.
-        How many it closed."""
+        The (pk, round) of each one it closed, for the notifications that say so."""
         pending = self.filter(state__in=Interaction.PENDING)
         if keep is not None:
             pending = pending.exclude(pk=keep.pk)
-        return pending.update(state=Interaction.State.CLOSED)
+        closing = list(pending.values_list("pk", "round"))
+        if closing:
+            # The caller holds the session's lock: nothing else moves these in between.
+            self.filter(pk__in=[pk for pk, _ in closing], state__in=Interaction.PENDING).update(
+                state=Interaction.State.CLOSED
+            )
+        return closing
 
     def claim(
         self, interaction: Interaction, *, by: Any, answer: dict, reason: str, at: datetime
@@ -552,6 +558,23 @@ class Interaction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.interaction_id} ({self.state})"
+
+    def as_json(self) -> dict:
+        """As `/api/sessions/<id>` and the notification webhooks show it (`task` and
+        `answered_by` loaded)."""
+        return {
+            "interactionId": self.interaction_id,
+            "taskId": self.task.task_id,
+            "kind": self.kind,
+            "prompt": self.prompt,
+            "detail": self.detail,  # as the agent sent it (interactions/v1), null when none
+            "state": self.state,
+            # The decision sent (or being sent), who made it and when; null before one.
+            "answer": self.answer,
+            "reason": self.reason or None,
+            "answeredBy": self.answered_by.get_username() if self.answered_by else None,
+            "answeredAt": self.answered_at,
+        }
 
     @property
     def forgotten(self) -> bool:
@@ -902,3 +925,7 @@ class Card(models.Model):
             "markdown": self.markdown or None,
             "html": self.html,
         }
+
+
+# The notification models live beside their code; importing them here registers them.
+from tasks.notify.models import Notification, NotificationChannel  # noqa: E402, F401

@@ -1,0 +1,66 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from tasks.notify.channels import ChannelError, add, parse_interval
+from tasks.notify.models import NotificationChannel
+
+Kind = NotificationChannel.Kind
+
+
+class Command(BaseCommand):
+    help = (
+        "Give a team a notification channel: a Slack-compatible incoming webhook, a signed "
+        "webhook (its signing secret is shown only this once) or an email address."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--team", required=True, help="the team (group; made if missing)")
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--slack", metavar="URL", help="a Slack-compatible incoming webhook")
+        where.add_argument("--webhook", metavar="URL", help="a URL for signed JSON events")
+        where.add_argument("--email", metavar="ADDRESS", help="an email address")
+        parser.add_argument(
+            "--remind-after",
+            metavar="DURATION",
+            default="",
+            help="remind while still open after this long, e.g. 15m (at most 3 reminders)",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="print one JSON object: channel, kind, signing_secret",
+        )
+
+    def handle(self, *args, **options):
+        if options["slack"] is not None:
+            kind, target = Kind.SLACK, options["slack"]
+        elif options["webhook"] is not None:
+            kind, target = Kind.WEBHOOK, options["webhook"]
+        else:
+            kind, target = Kind.EMAIL, options["email"]
+        try:
+            interval = parse_interval(options["remind_after"]) if options["remind_after"] else None
+            added = add(options["team"], kind, target, remind_after=interval)
+        except ChannelError as error:
+            raise CommandError(str(error)) from None
+        channel = added.channel
+        if options["json"]:
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "channel": channel.pk,
+                        "kind": channel.kind,
+                        "signing_secret": added.signing_secret,
+                    }
+                )
+            )
+            return
+        self.stdout.write(f"Channel {channel.pk}: {channel}")
+        if channel.remind_after:
+            self.stdout.write(f"Reminds after {options['remind_after']}, at most 3 times.")
+        if added.signing_secret:
+            self.stdout.write(
+                "Signing secret (Standard Webhooks; shown only now, keep it in the receiver): "
+                + added.signing_secret
+            )

@@ -1,0 +1,9 @@
+"""Reaching people outside the tab: team channels (Slack-compatible, signed webhooks, email),
+the outbox that feeds them, and the sender that empties it.
+
+    models.py   NotificationChannel (a team's channel) and Notification (the outbox: one row
+                per event per channel, written in the transaction of the change it reports)
+    outbox.py   the only writer of new outbox rows, called by ingest and answers
+    sender.py   the only writer of delivery state: claims due rows, sends, retries with backoff
+    formats.py  what each kind of channel receives
+"""

@@ -1,0 +1,107 @@
+"""Making a team's notification channels: the only writer of new channels (the
+`add_channel` command and the admin call `add`). Refuses, changing nothing, what could
+never deliver: a URL that is not http(s), an address that is not one, email without email
+settings, a reminder interval that is not a duration."""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+
+from tasks.notify.models import NotificationChannel
+
+Kind = NotificationChannel.Kind
+
+_DURATION = re.compile(r"(\d+)\s*([smhd])", re.IGNORECASE)
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Shorter would be spam, longer is not a reminder any more.
+SHORTEST_REMINDER = timedelta(minutes=1)
+LONGEST_REMINDER = timedelta(days=7)
+
+
+class ChannelError(ValueError):
+    """What was wrong with a channel, in words for the person who asked for it."""
+
+
+@dataclass(frozen=True)
+class Added:
+    channel: NotificationChannel
+    # Shown once, to the person who made the channel: Onlooker never displays it again.
+    signing_secret: str | None
+
+
+def parse_interval(text: str) -> timedelta:
+    """ "15m", "1h", "1h30m", "90s", "2d" → a timedelta within the allowed range."""
+    cleaned = text.strip().replace(" ", "")
+    parts = _DURATION.findall(cleaned)
+    if not cleaned or "".join(n + u for n, u in parts).lower() != cleaned.lower():
+        raise ChannelError(f"{text!r} is not a duration: write e.g. 15m, 1h or 1h30m")
+    interval = timedelta(seconds=sum(int(n) * _UNIT[u.lower()] for n, u in parts))
+    if not SHORTEST_REMINDER <= interval <= LONGEST_REMINDER:
+        raise ChannelError("a reminder interval is between 1 minute and 7 days")
+    return interval
+
+
+def email_configured() -> bool:
+    """Whether Django can send mail: an SMTP host, or another backend (console, locmem)."""
+    smtp = settings.EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend"
+    return not smtp or bool(settings.EMAIL_HOST)
+
+
+def new_signing_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def _check_url(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ChannelError(f"{url!r} is not an http(s) URL")
+    if len(url) > 2000:
+        raise ChannelError("the URL is over 2,000 characters")
+    return url.strip()
+
+
+def add(
+    team_name: str,
+    kind: str,
+    target: str,
+    *,
+    remind_after: timedelta | None = None,
+) -> Added:
+    """A new channel for the team (made if missing). A signed webhook gets a new secret."""
+    if not team_name.strip():
+        raise ChannelError("a channel belongs to a team: give its name")
+    if kind in (Kind.SLACK, Kind.WEBHOOK):
+        target = _check_url(target)
+    elif kind == Kind.EMAIL:
+        target = target.strip()
+        try:
+            validate_email(target)
+        except ValidationError:
+            raise ChannelError(f"{target!r} is not an email address") from None
+        if not email_configured():
+            raise ChannelError(
+                "email is not configured: set EMAIL_URL (or EMAIL_HOST and the other "
+                "EMAIL_* variables) first"
+            )
+    else:
+        raise ChannelError(f"unknown kind of channel {kind!r}")
+    secret = new_signing_secret() if kind == Kind.WEBHOOK else None
+    team, _ = Group.objects.get_or_create(name=team_name.strip())
+    channel = NotificationChannel.objects.create(
+        team=team,
+        kind=kind,
+        target=target,
+        signing_secret=secret or "",
+        remind_after=remind_after,
+    )
+    return Added(channel, secret)

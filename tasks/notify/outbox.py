@@ -1,0 +1,155 @@
+"""The only writer of new notifications: called inside the transaction of the change they
+report (ingest opens and closes interactions, answers records decisions), so a change and
+its notifications commit or roll back together, and a change applied twice queues nothing
+twice (one row per event per channel).
+
+An opening queues, per channel of the session's team, the opening and (when the channel
+reminds) its reminders, each due one interval later; the sender drops a reminder whose
+interaction is no longer open in that round. A resolution is queued only where the opening
+was queued: a channel hears the end of what it heard begin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+from django.urls import reverse
+
+from tasks.models import Agent, Interaction, Session
+from tasks.notify.models import Notification, NotificationChannel
+
+Kind = Notification.Kind
+
+
+def channels_for(agent: Agent) -> list[NotificationChannel]:
+    """The channels of the teams that see the agent's sessions: its team's, or every team's
+    for an agent without a team (everyone sees those)."""
+    channels = NotificationChannel.objects.filter(enabled=True)
+    if agent.team_id is not None:
+        channels = channels.filter(team_id=agent.team_id)
+    return list(channels)
+
+
+def session_url(session_id: int) -> str:
+    return settings.ONLOOKER_PUBLIC_URL.rstrip("/") + reverse("session", args=(session_id,))
+
+
+def _payload(interaction: Interaction, session: Session, agent: Agent) -> dict:
+    return {
+        "interaction": interaction.as_json(),
+        "openedAt": interaction.opened_at,
+        "session": {
+            "id": session.pk,
+            "url": session_url(session.pk),
+            "title": session.title,
+            "agent": {"id": agent.pk, "name": agent.name},
+        },
+    }
+
+
+def opened(interaction: Interaction, session: Session, agent: Agent, *, at: datetime) -> int:
+    """The interaction opened (or was asked anew: `interaction.round` is the new round).
+    How many notifications it queued."""
+    channels = channels_for(agent)
+    if not channels:
+        return 0
+    interaction = (
+        Interaction.objects.select_related("task", "answered_by").get(pk=interaction.pk)
+        if interaction.pk
+        else interaction
+    )
+    payload = _payload(interaction, session, agent)
+    rows = []
+    for channel in channels:
+        rows.append(_row(channel, interaction, Kind.OPENED, payload, at=at, due=at))
+        if channel.remind_after:
+            for n in range(1, NotificationChannel.MAX_REMINDERS + 1):
+                due = at + channel.remind_after * n
+                rows.append(_row(channel, interaction, Kind.REMINDER, payload, at=at, due=due, n=n))
+    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def resolved(closed: Iterable[tuple[int, int]], *, at: datetime) -> int:
+    """These (interaction pk, round) were answered, closed by the agent or dismissed: each
+    channel that was told of their opening is told how they ended. How many it queued."""
+    rounds = dict(closed)
+    if not rounds:
+        return 0
+    told = Notification.objects.filter(
+        kind=Kind.OPENED, interaction_id__in=list(rounds)
+    ).values_list("interaction_id", "round", "channel_id")
+    told = [(pk, r, channel) for pk, r, channel in told if rounds[pk] == r]
+    if not told:
+        return 0
+    interactions = Interaction.objects.select_related(
+        "task__session__agent", "answered_by", "dismissed_by"
+    ).in_bulk([pk for pk, _, _ in told])
+    rows = []
+    for pk, round_, channel_id in told:
+        interaction = interactions[pk]
+        session = interaction.task.session
+        payload = _payload(interaction, session, session.agent)
+        payload["resolution"] = resolution(interaction)
+        rows.append(
+            Notification(
+                channel_id=channel_id,
+                interaction_id=pk,
+                round=round_,
+                kind=Kind.RESOLVED,
+                payload=payload,
+                created_at=at,
+                due_at=at,
+                next_attempt_at=at,
+            )
+        )
+    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def resolution(interaction: Interaction) -> dict:
+    """How it ended, for people: who decided what, or that the agent or a person closed it."""
+    State = Interaction.State
+    by = interaction.answered_by.get_username() if interaction.answered_by else None
+    if interaction.state == State.DISMISSED:
+        who = interaction.dismissed_by.get_username() if interaction.dismissed_by else None
+        return {"state": "dismissed", "by": who, "text": f"Dismissed by {who or 'someone'}."}
+    if interaction.state == State.ANSWERED:
+        return {
+            "state": "answered",
+            "by": by,
+            "text": f"Answered by {by or 'someone'}: {interaction.decision_name}.",
+        }
+    if interaction.answer is not None:
+        # Closed by the agent after a decision was sent: it went on with it, or without.
+        return {
+            "state": "closed",
+            "by": by,
+            "text": f"{by or 'Someone'} sent {interaction.decision_name}; the agent moved on.",
+        }
+    return {"state": "closed", "by": None, "text": "Closed: the agent moved on without an answer."}
+
+
+def _row(
+    channel: NotificationChannel,
+    interaction: Interaction,
+    kind: str,
+    payload: dict,
+    *,
+    at: datetime,
+    due: datetime,
+    n: int = 0,
+) -> Notification:
+    return Notification(
+        channel=channel,
+        interaction=interaction,
+        round=interaction.round,
+        kind=kind,
+        reminder=n,
+        payload=payload,
+        created_at=at,
+        due_at=due,
+        next_attempt_at=due,
+    )
