@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib.auth.models import Group
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 
@@ -90,7 +91,7 @@ class Notification(models.Model):
     reminder = models.PositiveSmallIntegerField(default=0, help_text="1–3 for reminders")
     # The event as it was when queued (the interaction and its session), so a retry sends
     # the same facts; only "waiting for" is worked out when it is sent.
-    payload = models.JSONField(decoder=StoredJSONDecoder)
+    payload = models.JSONField(encoder=DjangoJSONEncoder, decoder=StoredJSONDecoder)
     created_at = models.DateTimeField()
     due_at = models.DateTimeField(help_text="not sent before")
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
