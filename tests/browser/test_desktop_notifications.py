@@ -208,3 +208,51 @@ def test_with_the_toggle_off_nothing_shows(server, tab, bot):
     page.wait_for_function(checked)
 
     assert wait_for(0, page) == []
+
+
+def test_the_session_being_looked_at_does_not_notify(server, tab, bot):
+    assert push_http(server, bot, status("WORKING", task="t-here", context="here", at=1)).is_success
+    here = Session.objects.get(context_id="here")
+    page = tab(f"/sessions/{here.pk}/")  # visible and focused (Playwright focuses every page)
+    turn_on(page)
+
+    ask(server, bot, "here", "Asked where alice is looking?", at=2)
+    ask(server, bot, "elsewhere", "Asked elsewhere?", at=3)
+
+    assert [n["body"] for n in wait_for(1, page)] == ["Asked elsewhere?"]
+
+
+def test_the_settings_page_says_what_the_browser_allows_and_its_toggle_is_the_headers(tab):
+    page = tab("/settings/")
+    expect(page.locator("[data-notify-permission]")).to_have_text(
+        "Your browser allows Onlooker's notifications."
+    )
+    page.locator("main [data-notify-toggle]").click()
+    for toggle in (
+        page.locator("main [data-notify-toggle]"),
+        page.locator("header [data-notify-toggle]"),
+    ):
+        expect(toggle).to_have_text("Notifications: on")
+        expect(toggle).to_have_attribute("aria-pressed", "true")
+
+
+def test_a_browser_that_blocks_notifications_says_so(browser, server, alice):
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        context.add_cookies([session_cookie(alice, server.url)])
+        page = context.new_page()
+        # The person refused them in the browser's site settings.
+        cdp = context.new_cdp_session(page)
+        own = cdp.send("Target.getTargetInfo")["targetInfo"]["browserContextId"]
+        denied = {"permission": {"name": "notifications"}, "setting": "denied"}
+        cdp.send("Browser.setPermission", {**denied, "origin": server.url, "browserContextId": own})
+        page.goto(server.url + "/settings/")
+        assert page.evaluate("() => Notification.permission") == "denied"
+        toggle = page.locator("header [data-notify-toggle]")
+        expect(toggle).to_have_text("Notifications: blocked by the browser")
+        expect(toggle).to_have_attribute("aria-pressed", "false")
+        expect(page.locator("[data-notify-permission]")).to_contain_text("blocks")
+        toggle.click()  # asks nothing: the browser has answered already
+        expect(toggle).to_have_text("Notifications: blocked by the browser")
+    finally:
+        context.close()
