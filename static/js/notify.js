@@ -27,7 +27,7 @@ const STORE = "notified"; // IndexedDB: {since, seen} per user, `seen` oldest fi
 const SEEN = `onlooker:notified:${userId}`; // the same, where IndexedDB is refused
 const VIEWING = `onlooker:viewing:${userId}`; // {tab, session, at}: a session being looked at
 const LOCK = `onlooker-notify-${userId}`;
-const SEEN_LIMIT = 300; // keys kept; the endpoint lists at most 50, always kept
+const SEEN_LIMIT = 300; // keys kept, besides those still listed (the endpoint lists at most 50)
 const DEBOUNCE_MS = 300;
 const VIEWING_FRESH_MS = 60_000; // a looking tab renews its mark this often (a crashed tab's expires)
 const tab = Math.random().toString(36).slice(2);
@@ -105,7 +105,9 @@ function label() {
 
 async function toggle() {
   if (!SUPPORTED || turningOn) return;
-  if (setting().on) {
+  // On as the button says it: a choice kept from before the site's permission was reset in
+  // the browser reads "off", and pressing it turns it on (and asks) again.
+  if (setting().on && Notification.permission === "granted") {
     write(SETTING, { on: false });
     label();
     return;
@@ -117,7 +119,7 @@ async function toggle() {
     // Asked only now, when the person pressed: never on a page load.
     if (allowed === "default") allowed = await Notification.requestPermission();
     if (allowed !== "granted") return;
-    // Not ready until the first check has marked what is open now as known (`decide`).
+    // Not ready until the first check has marked what is open now as known (`take`).
     write(SETTING, { on: true, since: Date.now(), ready: false });
   } catch (error) {
     console.warn("onlooker: notifications could not be turned on", error);
