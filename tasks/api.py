@@ -1,4 +1,5 @@
-"""The read API for people and scripts: `/api/sessions` and `/api/sessions/<id>`.
+"""The read API for people and scripts: `/api/sessions`, `/api/sessions/<id>`, and
+`/api/waiting` (what the person may answer now, for the browser's notifications).
 
 Logged-in users only, and only sessions of agents the user may see. The JSON names here are
 a contract: scripts depend on them.
@@ -9,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.db.models.functions import Substr
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from tasks import activity
+from tasks import activity, answers
+from tasks.cards import strip_invisible
 from tasks.models import Artifact, Interaction, Session, TaskState
 
 MAX_LIMIT = 1000
@@ -142,3 +145,72 @@ def _parts(session: Session, message_pk: int, parts: object) -> list[dict]:
             part["download"] = reverse("session-message-file", args=(session.pk, message_pk, index))
         shown.append(part)
     return shown
+
+
+WAITING_LIMIT = 50  # the newest open interactions a browser is told about
+WAITING_PROMPT_CHARS = 300  # of each prompt: a desktop notification shows a few lines
+
+
+@require_GET
+@api_login_required
+def waiting(request: HttpRequest) -> JsonResponse:
+    """What is open for this person to answer right now: the newest WAITING_LIMIT open
+    interactions in sessions they may see, and none at all without the answer permission
+    (static/js/notify.js turns new ones into desktop notifications). Only open ones: an
+    interaction being answered, sent, answered or closed waits for nobody. A few queries
+    however many there are: one for the rows (their session and agent joined), and the
+    permission check's own."""
+    if not answers.may_answer(request.user):
+        return JsonResponse({"interactions": []})
+    rows = (
+        Interaction.objects.filter(
+            state=Interaction.State.OPEN,
+            task__session__in=Session.objects.visible_to(request.user),
+        )
+        # A prompt can be 1 MB: load only what a notification shows.
+        .annotate(shown_prompt=Substr("prompt", 1, WAITING_PROMPT_CHARS + 1))
+        .values(
+            "pk",
+            "round",
+            "kind",
+            "opened_at",
+            "asked_at",
+            "shown_prompt",
+            "task__session_id",
+            "task__session__title",
+            "task__session__context_id",
+            "task__session__agent_id",
+            "task__session__agent__name",
+        )
+        .order_by("-opened_at", "-id")[:WAITING_LIMIT]
+    )
+    return JsonResponse({"interactions": [_waiting_json(row) for row in rows]})
+
+
+def _waiting_json(row: dict) -> dict:
+    prompt = row["shown_prompt"] or ""
+    if len(prompt) > WAITING_PROMPT_CHARS:  # one more was loaded to tell
+        prompt = prompt[: WAITING_PROMPT_CHARS - 1] + "…"
+    prompt = strip_invisible(prompt)
+    session_id = row["task__session_id"]
+    title = row["task__session__title"] or row["task__session__context_id"]
+    # A later round is asked by a later status: its asking time, by the agent's clock.
+    opened = (row["asked_at"] if row["round"] > 1 else None) or row["opened_at"]
+    return {
+        # One round of one interaction: a browser notifies once per key.
+        "key": f"{row['pk']}:{row['round']}",
+        "id": row["pk"],
+        "round": row["round"],
+        "kind": row["kind"],
+        "prompt": prompt,
+        "agent": {
+            "id": row["task__session__agent_id"],
+            "name": strip_invisible(row["task__session__agent__name"]),
+        },
+        "session": {
+            "id": session_id,
+            "title": strip_invisible(title),
+            "url": reverse("session", args=(session_id,)),
+        },
+        "openedAt": opened,
+    }

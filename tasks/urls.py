@@ -1,10 +1,11 @@
 from django.urls import path
 
-from tasks import api, card_api, views, webhooks
+from tasks import api, card_api, settings_page, views, webhooks
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("healthz", views.healthz, name="healthz"),
+    path("settings/", settings_page.settings_page, name="settings"),
     path("sessions/<int:session_id>/", views.session_page, name="session"),
     path("sessions/<int:session_id>/card/", views.session_card, name="session-card"),
     path("sessions/<int:session_id>/activity/", views.session_activity, name="session-activity"),
@@ -50,5 +51,6 @@ urlpatterns = [
     path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
+    path("api/waiting", api.waiting, name="api-waiting"),
     path("api/progress-card", card_api.progress_card, name="api-progress-card"),
 ]

@@ -205,6 +205,13 @@ def test_a_session_page_with_a_sidebar_hovercard_open_has_no_violations(opened, 
 
 
 @pytest.mark.slow
+def test_the_settings_page_has_no_violations(opened):
+    page = opened("/settings/")
+    expect(page.locator("main [data-notify-toggle]")).to_have_text("Notifications: off")
+    audit(page, "settings")
+
+
+@pytest.mark.slow
 def test_a_session_page_seen_by_a_viewer_has_no_violations(page, login, server, busy_team, ops):
     login(member("victor", ops))  # may follow, may not answer: no forms
     page.goto(f"{server.url}/sessions/{busy_team.pk}/")
