@@ -274,6 +274,32 @@ def test_a_hint_goes_to_the_sessions_team_and_page_groups_with_a_version_of_its_
     assert wired["session"] == 7 and wired["version"].startswith("notified@")
 
 
+def test_the_sender_can_hint_by_the_interactions_it_changed(agent, ops):
+    """One hint per session, to its team's group and its page's, found in one query."""
+    design = Group.objects.create(name="design")
+    first, second = ask(agent, 1), ask(agent, 2)
+    other = ask(make_agent(team=design, signing=True, name="Designer"), 3)
+    sent = []
+    original = broadcast._send
+    broadcast._send = lambda groups, message: sent.append(groups)
+    broadcast.notices.clear()
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            seen.hint_interactions([first.pk, second.pk, other.pk, first.pk])
+    finally:
+        broadcast._send = original
+        broadcast.notices.clear()
+    assert len(captured) == 1
+    sessions = {q.pk: q.task.session_id for q in (first, second, other)}
+    assert sorted(sent) == sorted(
+        [
+            [f"team.{ops.pk}", f"session.{sessions[first.pk]}"],
+            [f"team.{ops.pk}", f"session.{sessions[second.pk]}"],
+            [f"team.{design.pk}", f"session.{sessions[other.pk]}"],
+        ]
+    )
+
+
 # -- the settings page's team channels ---------------------------------------------------------
 
 

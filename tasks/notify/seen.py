@@ -151,6 +151,22 @@ def hint_sent(session_id: int, team_id: int | None) -> None:
     )
 
 
+def hint_interactions(interaction_ids: Iterable[int]) -> None:
+    """`hint_sent` for the session of each of these interactions, once per session (one
+    query finds them and their teams): what the sender calls after committing a batch, with
+    the `interaction_id` of each notification whose state it changed."""
+    ids = set(interaction_ids)
+    if not ids:
+        return
+    sessions = (
+        Interaction.objects.filter(pk__in=ids)
+        .values_list("task__session_id", "task__session__agent__team_id")
+        .distinct()
+    )
+    for session_id, team_id in sessions:
+        hint_sent(session_id, team_id)
+
+
 # -- the settings page -----------------------------------------------------------------------
 
 _URL = re.compile(r"""\b([a-z][a-z0-9+.-]*)://([^\s/'"<>?#]+)[^\s'"<>]*""", re.IGNORECASE)
