@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from tasks import broadcast
@@ -63,8 +64,8 @@ def _state(opening: Notification) -> str:
         return "failed"
     if opening.state == State.SKIPPED:
         return "skipped"
-    # Pending: not tried yet, or tried and to be tried again after a failure.
-    return "retrying" if opening.attempts or opening.last_error else "sending"
+    # Pending: not tried yet (or being tried), or failed and to be tried again.
+    return "retrying" if opening.error_length else "sending"
 
 
 def notified_for(interactions: Iterable[Interaction]) -> dict[int, list[TeamTold]]:
@@ -79,19 +80,19 @@ def notified_for(interactions: Iterable[Interaction]) -> dict[int, list[TeamTold
             interaction_id__in=list(rounds), kind__in=[Kind.OPENED, Kind.REMINDER]
         )
         .select_related("channel__team")
-        # The payload (a copy of the question) and the error text are not shown here.
+        # The payload (a copy of the question) and the error text are not shown here: only
+        # whether there is an error.
         .only(
             "interaction_id",
             "round",
             "kind",
             "state",
-            "attempts",
             "sent_at",
-            "last_error",
             "channel__kind",
             "channel__target",
             "channel__team__name",
         )
+        .annotate(error_length=Length("last_error"))
         .order_by("channel__team__name", "channel_id", "kind", "reminder")
     )
     openings: dict[tuple[int, int], Notification] = {}
