@@ -1,5 +1,6 @@
 """Admin: register agents (secrets shown once), rotate signing secrets, see refusals and
-the delivery log. Secret fields are never rendered."""
+the delivery log; team notification channels and their outbox are in tasks/notify/admin.py.
+Secret fields are never rendered."""
 
 from __future__ import annotations
 
@@ -303,3 +304,7 @@ class CardAdmin(ReadOnlyAdmin):
     list_display = ("session", "revision", "updated_at")
     search_fields = ("session__context_id", "session__title")
     exclude = ("html",)  # the sanitized HTML is shown on the pages, not as admin text
+
+
+# Registers the team channels' and the outbox's admin (Django looks for admin.py in apps only).
+from tasks.notify import admin as _notify_admin  # noqa: E402, F401

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from tasks import activity, fragments
 from tasks.models import Agent, Interaction, Session, TaskState
+from tasks.notify import seen
 
 OVERVIEW_LIMIT = 300
 SIDEBAR_LIMIT = 100
@@ -92,9 +93,10 @@ def anything_visible(user) -> bool:
 def waiting(user, filters: Filters = NO_FILTERS) -> list[Interaction]:
     """The open questions of every session the user may see that the filters let through,
     oldest first: who has waited longest is answered first. Each within the page's budget
-    (activity.questions)."""
+    (activity.questions), with which team channels were told of it (`notified`, one query
+    for all: tasks/notify/seen.py)."""
     rows = filters.apply(Interaction.objects.all(), to="task__session__")
-    return activity.questions(
+    found = activity.questions(
         rows.filter(
             state__in=[
                 Interaction.State.OPEN,
@@ -108,3 +110,5 @@ def waiting(user, filters: Filters = NO_FILTERS) -> list[Interaction]:
         .defer("task__status_message", "task__note", "task__plan", "task__telemetry")
         .order_by("opened_at", "id")[:WAITING_LIMIT]
     )
+    seen.attach(found)
+    return found

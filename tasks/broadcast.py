@@ -41,14 +41,27 @@ def hint(session_id: int, team_id: int | None, message: dict) -> None:
     coalescer.offer(session_id, [team_group(team_id), session_group(session_id)], message)
 
 
+def notice(session_id: int, team_id: int | None, message: dict) -> None:
+    """Tell the session's watchers that something shown beside its fragments changed, not
+    the session itself (tasks/notify/seen.py: a team channel was told); call after commit.
+    Coalesced on its own: it carries no snapshot, so it must never take the place of one
+    waiting to be sent, nor one of those take its place."""
+    notices.offer(session_id, [team_group(team_id), session_group(session_id)], message)
+
+
 def wire(message: dict) -> dict:
     """What travels through the channel layer: the message encoded once, here, rather than
-    once per socket by every consumer that forwards it."""
+    once per socket by every consumer that forwards it. The version lets a socket drop the
+    same hint heard through two groups: a snapshot's revision and time, or a notice's time."""
     body = {k: v for k, v in message.items() if k != "type"}
+    if "notified" in message:
+        version = f"notified@{message['notified']}"
+    else:
+        version = f"{message['revision']}@{message['updatedAt']}"
     return {
         "type": message["type"],
         "session": message["session"],
-        "version": f"{message['revision']}@{message['updatedAt']}",
+        "version": version,
         "text": json.dumps(body, separators=(",", ":")),
     }
 
@@ -141,6 +154,7 @@ class _Coalescer:
 
 
 coalescer = _Coalescer()
+notices = _Coalescer()  # see `notice`
 
 
 def _send(groups: list[str], message: dict) -> None:

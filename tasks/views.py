@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET, require_POST
 from tasks import activity, answers, board, fragments, message_parts, states
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
+from tasks.notify import seen
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -143,28 +144,22 @@ def _activity(session: Session, query) -> dict:
     transcript = activity.transcript(session, anchors["before"], TRANSCRIPT_LIMIT)
     versions = activity.artifacts(session, anchors["artifacts_before"])
     kept = {key: value for key, value in anchors.items() if value is not None}
-    return {
-        "messages_": transcript.items,
-        "earlier_messages": transcript.earlier,
-        "artifacts": versions.items,
-        "earlier_artifacts": versions.earlier,
-        "anchors": kept,
-        "activity_query": f"?{urlencode(kept)}" if kept else "",
-        "interactions": activity.questions(
-            Interaction.objects.filter(
-                task__session=session,
-                state__in=[
-                    Interaction.State.OPEN,
-                    Interaction.State.ANSWERING,
-                    Interaction.State.SENT,
-                ],
-            )
-            .select_related("answered_by")
-            .order_by("opened_at", "id")
-        ),
-        # The list shows 120 characters of each prompt: load no more (a prompt can be 1 MB).
-        # Answered, or sent and then closed by the agent moving on: a decision someone made.
-        "answered": Interaction.objects.filter(
+    open_ones = activity.questions(
+        Interaction.objects.filter(
+            task__session=session,
+            state__in=[
+                Interaction.State.OPEN,
+                Interaction.State.ANSWERING,
+                Interaction.State.SENT,
+            ],
+        )
+        .select_related("answered_by")
+        .order_by("opened_at", "id")
+    )
+    # The list shows 120 characters of each prompt: load no more (a prompt can be 1 MB).
+    # Answered, or sent and then closed by the agent moving on: a decision someone made.
+    answered = list(
+        Interaction.objects.filter(
             Q(state=Interaction.State.ANSWERED)
             | Q(state=Interaction.State.CLOSED, answer__isnull=False),
             task__session=session,
@@ -172,7 +167,20 @@ def _activity(session: Session, query) -> dict:
         .select_related("answered_by")
         .defer("prompt", "detail")
         .annotate(shown_prompt=Substr("prompt", 1, 121))
-        .order_by("-answered_at")[:50],
+        .order_by("-answered_at")[:50]
+    )
+    # Which team channels were told of each, and when: one query for all of them, per
+    # request (the sender changes it without changing the session).
+    seen.attach([*open_ones, *answered])
+    return {
+        "messages_": transcript.items,
+        "earlier_messages": transcript.earlier,
+        "artifacts": versions.items,
+        "earlier_artifacts": versions.earlier,
+        "anchors": kept,
+        "activity_query": f"?{urlencode(kept)}" if kept else "",
+        "interactions": open_ones,
+        "answered": answered,
         "totals": activity.totals(session),
         "turns": activity.turns(session),
         "working_task": _running(session),

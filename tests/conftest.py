@@ -16,7 +16,7 @@ from standardwebhooks import Webhook
 
 from tasks import profile
 from tasks.agents import new_endpoint, new_signing_secret
-from tasks.broadcast import coalescer
+from tasks.broadcast import coalescer, notices
 from tasks.models import Agent, PushEndpoint, Session
 from tests.builders import status
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
@@ -59,8 +59,10 @@ def quiet_broadcasts():
     # Session ids repeat between tests: a message held back for one test's session must
     # not be delivered into the next test.
     coalescer.clear()
+    notices.clear()
     yield
     coalescer.clear()
+    notices.clear()
 
 
 @pytest.fixture

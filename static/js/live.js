@@ -181,6 +181,14 @@ function apply(message) {
   document.dispatchEvent(new CustomEvent("onlooker:changed", { detail: message }));
 }
 
+// A team channel was told about one of the session's questions (tasks/notify/seen.py):
+// nothing of the session changed, only the "Notified …" lines under its questions, which the
+// activity and the list show (rendered per request): refetch whichever of them shows it.
+function noticed(id) {
+  if (id === sessionId) refreshActivity();
+  if (listed(id)) refreshCounts();
+}
+
 // -- counts and tab title ---------------------------------------------------------------------
 
 const baseTitle = document.title.replace(/^\(\d+\) /, "");
@@ -458,7 +466,8 @@ function connect() {
       clearTimeout(pongTimer);
       return;
     }
-    if (message.session !== undefined && message.html) apply(message);
+    if (message.session !== undefined && message.notified !== undefined) noticed(String(message.session));
+    else if (message.session !== undefined && message.html) apply(message);
   });
   ws.addEventListener("close", (event) => {
     clearInterval(pingTimer);

@@ -4,6 +4,10 @@ A2A agent (`python -m demo.agent`, a real a2a-sdk server on loopback, registered
 user would with add_agent), starts the dashboard and a few sessions, and stops everything on
 Ctrl-C. Running it again reuses the user and the agent.
 
+With `ONLOOKER_DEMO_WEBHOOK=URL` set, the demo's team (`demo`, which the demo user joins) gets
+a signed webhook channel posting to that URL, made the first time through the same call as
+`add_channel --webhook` (its signing secret printed that once) and reused after.
+
 The example agent is started as a program, not imported: nothing in `tasks` depends on it.
 """
 
@@ -25,9 +29,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from tasks import a2a_client, agents
 from tasks.models import Agent
+from tasks.notify import channels
+from tasks.notify.models import NotificationChannel
 
 ROOT = Path(settings.BASE_DIR)
 AGENT_NAME = "Example agent"
+TEAM = "demo"
+WEBHOOK_VARIABLE = "ONLOOKER_DEMO_WEBHOOK"
 FIRST_MESSAGES = (
     "Ship release 2.4 to production",
     "Research: compare three hosted vector databases for us",
@@ -37,7 +45,12 @@ FIRST_MESSAGES = (
 
 
 class Command(BaseCommand):
-    help = "Run Onlooker with an example agent, a demo user and a few live sessions."
+    help = (
+        "Run Onlooker with an example agent, a demo user and a few live sessions. With "
+        f"{WEBHOOK_VARIABLE}=URL set, the demo's team ({TEAM}) also gets a signed webhook "
+        "channel that posts each question the agent asks to that URL (made once; its signing "
+        "secret is printed then, and the channel is reused on later runs)."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="the dashboard's port")
@@ -70,6 +83,7 @@ class Command(BaseCommand):
         try:
             call_command("migrate", interactive=False, verbosity=0)
             password = _demo_user()
+            self._webhook_channel()
             agent = self._start_agent(agent_port, children, logs / "demo-agent.log")
             dashboard = _start([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
                                 str(port), "dashboard.asgi:application"],
@@ -89,6 +103,26 @@ class Command(BaseCommand):
             _stop(children)
             self.stdout.write("Onlooker has stopped.")
             self.stdout.flush()
+
+    def _webhook_channel(self) -> None:
+        url = os.environ.get(WEBHOOK_VARIABLE, "").strip()
+        if not url:
+            return
+        try:
+            channel, secret = webhook_channel(url)
+        except channels.ChannelError as error:
+            raise CommandError(f"{WEBHOOK_VARIABLE}: {error}") from None
+        if secret is None:
+            self.stdout.write(
+                f"Team {TEAM}'s webhook channel #{channel.pk} posts to {channel.shown_target} "
+                "(its signing secret was printed when it was made)."
+            )
+            return
+        self.stdout.write(
+            f"Made team {TEAM}'s webhook channel #{channel.pk}: it posts to "
+            f"{channel.shown_target}, signed with (shown only now, keep it in the "
+            f"receiver) {secret}"
+        )
 
     def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
         card_url = f"http://127.0.0.1:{port}{a2a_client.CARD_PATH}"
@@ -155,6 +189,25 @@ def _demo_user() -> str | None:
         user = User.objects.create_user("demo", password=password)
     user.groups.add(approvers)
     return password
+
+
+def webhook_channel(url: str) -> tuple[NotificationChannel, str | None]:
+    """The demo team's signed webhook channel posting to `url`, and its signing secret when
+    it was made just now (None when it was made by an earlier run: a secret is never shown
+    twice). Made through `channels.add`, as `add_channel --webhook` makes one; the demo user
+    joins the team, so their settings page lists it. Raises channels.ChannelError for a URL
+    that could never receive."""
+    existing = NotificationChannel.objects.filter(
+        team__name=TEAM, kind=NotificationChannel.Kind.WEBHOOK, target=url.strip()
+    ).first()
+    if existing is not None:
+        channel, secret = existing, None
+    else:
+        added = channels.add(TEAM, NotificationChannel.Kind.WEBHOOK, url)
+        channel, secret = added.channel, added.signing_secret
+    for user in User.objects.filter(username="demo"):
+        user.groups.add(channel.team)
+    return channel, secret
 
 
 def _start(command: list[str], log: Path) -> subprocess.Popen:
