@@ -1,5 +1,6 @@
 """A person's settings page, `/settings/`: their desktop notifications (kept by their browser,
-static/js/notify.js), their teams, and what they may answer. It only reads: teams and the
+static/js/notify.js), their teams, what they may answer, and their teams' notification
+channels. It only reads: teams and the
 answer permission are given in the admin."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.views.decorators.http import require_GET
 
 from tasks import answers
 from tasks.models import Agent
+from tasks.notify import seen
 
 AGENTS_SHOWN = 200  # agents named on the page; a larger fleet is counted, not listed
 
@@ -51,5 +53,6 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         "agent_groups": groups,
         "agents_total": total,
         "agents_named": sum(len(g.agents) for g in groups),
+        "team_channels": seen.channels_for_user(user),
     }
     return render(request, "tasks/settings.html", context)

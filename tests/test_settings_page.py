@@ -81,3 +81,17 @@ def test_the_username_in_the_header_leads_to_the_settings(ops):
     assert re.search(r'<a class="topbar-user" href="/settings/"[^>]*>alice</a>', overview)
     assert "data-notify-toggle" in overview
     assert 'data-user-id="' in overview
+
+
+def test_the_page_lists_the_channels_of_the_persons_teams_only(ops, fleet):
+    from tasks.notify.channels import add
+
+    add("ops", "slack", "https://hooks.example.test/services/T0/B0/s3cret")
+    add("data", "webhook", "https://data.example.test/hook")
+    html = page_of(member("alice", ops))
+    words = text(html)
+
+    assert "data-team-channels" in html
+    assert "https://hooks.example.test/…" in words
+    assert "s3cret" not in html
+    assert "data.example.test" not in html  # another team's channel

@@ -6,4 +6,8 @@ the outbox that feeds them, and the sender that empties it.
     outbox.py   the only writer of new outbox rows, called by ingest and answers
     sender.py   the only writer of delivery state: claims due rows, sends, retries with backoff
     formats.py  what each kind of channel receives
+    channels.py making channels (the add_channel command, the admin)
+    seen.py     what people see of it: "Notified ops: Slack 10:02" per question, a person's
+                team channels, and the hint that refreshes pages once something was sent
+    admin.py    channels (a webhook's secret shown once) and the read-only outbox
 """
