@@ -94,12 +94,20 @@ def webhook_channel(peer: MisbehavingAgent, **options):
     return added.channel, added.signing_secret
 
 
-def ask(bot, *, task: str = "task-1", interaction_id: str = "i-1", prompt: str = PROMPT, **kw):
-    """The agent waits for approval (each push a delivery of its own)."""
+def ask(
+    bot,
+    *,
+    task: str = "task-1",
+    interaction_id: str = "i-1",
+    prompt: str = PROMPT,
+    at: int = 1,
+    **kw,
+):
+    """The agent waits for approval (each push a delivery of its own), asking at `at` s."""
     body = status(
         "AUTH_REQUIRED",
         task=task,
-        at=1,
+        at=at,
         metadata=approval(interaction_id, prompt, detail=kw.get("detail", DETAIL)),
     )
     msg_id = kw.get("msg_id") or f"push-{uuid.uuid4().hex}"
@@ -226,6 +234,33 @@ def test_an_error_names_no_part_of_the_channels_secret_url(clock, bot, receiver)
     assert "s3cr3t" not in refused.last_error and "T0001" not in refused.last_error
 
 
+def test_a_redirect_is_a_failure_and_is_not_followed(clock, bot, receiver, other_receiver):
+    receiver.answer(b"", status=302, headers={"Location": other_receiver.base_url + "/"})
+    channel, _ = webhook_channel(receiver)
+    ask(bot)
+
+    assert sender.send_due() == 0
+
+    assert posts(other_receiver) == []
+    assert row().last_error == "HTTP 302: a redirect (not followed)"
+
+
+def test_an_email_channel_whose_server_is_down_is_retried(clock, bot, settings, locmem):
+    add("ops", "email", "ops@example.test")
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
+    ask(bot)
+
+    assert sender.send_due() == 0
+    failed = row()
+    assert failed.state == "pending" and failed.last_error.startswith("could not connect")
+    assert failed.next_attempt_at > datetime.now(UTC)
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    clock.shift(timedelta(seconds=5))
+    assert sender.send_due() == 1 and len(mail.outbox) == 1
+
+
 def free_port() -> int:
     from tests.processes import free_port as port
 
@@ -262,6 +297,23 @@ def test_slack_hears_who_waits_for_what_and_then_who_answered_what(
     assert follow_up["text"].startswith("Answered by alice: Approve.")
     assert follow_up["blocks"][0]["text"]["text"] == follow_up["text"]
     assert states() == [("interaction.opened", 0, "sent"), ("interaction.resolved", 0, "sent")]
+
+
+def test_slack_hears_when_the_agent_moved_on_without_an_answer(clock, bot, receiver):
+    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz")
+    ask(bot)
+    sender.send_due()
+
+    assert push(Client(), bot, status("WORKING", at=2)).status_code == 200
+    assert sender.send_due() == 1
+
+    assert (
+        posts(receiver)[1]
+        .json()["text"]
+        .startswith(
+            f"Closed: the agent moved on without an answer. (*alice-bot* needs approval: {PROMPT})"
+        )
+    )
 
 
 def test_slack_text_from_agents_cannot_mention_or_link(clock, bot, receiver):
@@ -366,6 +418,34 @@ def test_a_sender_back_after_hours_sends_one_reminder_not_three(clock, bot, rece
     ]
 
 
+def test_a_question_asked_anew_is_a_new_event_and_ends_the_old_rounds_reminders(
+    clock, bot, receiver, ops, approvers
+):
+    channel, secret = webhook_channel(receiver, remind_after=timedelta(minutes=15))
+    interaction = ask(bot)
+    sender.send_due()
+    approve(interaction, ops, approvers)
+    sender.send_due()
+    clock.shift(timedelta(minutes=10))
+    ask(bot, at=600)  # the agent asks again: round 2
+
+    clock.shift(timedelta(minutes=6))  # round 1's first reminder is due, round 2's is not
+    assert sender.send_due() == 1
+    asked_again = verified(posts(receiver)[-1], secret)
+    assert asked_again["type"] == "interaction.opened"
+    assert asked_again["interaction"]["state"] == "open"
+    first, _, second = [r.headers["webhook-id"] for r in posts(receiver)]
+    assert first != second
+    clock.shift(timedelta(minutes=10))
+    assert sender.send_due() == 1  # round 2's first reminder only
+    assert verified(posts(receiver)[-1], secret)["reminder"] == 1
+    clock.shift(timedelta(minutes=30))  # every reminder of both rounds is due
+    assert sender.send_due() == 1
+    assert verified(posts(receiver)[-1], secret)["reminder"] == 3
+    old_round = Notification.objects.filter(round=1, kind="interaction.reminder")
+    assert set(old_round.values_list("state", flat=True)) == {"skipped"}
+
+
 # -- order per question ---------------------------------------------------------------------
 
 
@@ -399,8 +479,8 @@ def test_a_failing_channel_backs_off_exponentially_then_gives_up_after_a_day(clo
     ask(bot, task="task-2")  # a second row of the same channel: it waits with the first
     started = row(interaction__task__task_id="task-1").due_at
 
-    gaps = []
-    while True:
+    gaps: list[float] = []
+    while len(gaps) < 60:  # a day of hourly retries is ~35 attempts
         tried_at = datetime.now(UTC)
         sender.send_due()
         first = row(interaction__task__task_id="task-1")
@@ -490,6 +570,48 @@ def test_a_slow_channel_does_not_delay_another(clock, bot, receiver, other_recei
     slow.refresh_from_db()
     assert slow.last_error.startswith("no answer within 1 s") and slow.last_success_at is None
     assert NotificationChannel.objects.exclude(pk=slow.pk).get().last_success_at is not None
+
+
+def test_the_background_sender_keeps_sending_to_others_while_one_channel_hangs(
+    clock, bot, receiver, other_receiver
+):
+    released = threading.Event()  # the slow channel answers when the test says
+
+    def hang(_request):
+        released.wait(10)
+        return Answer(body=b"ok")
+
+    receiver.answer_each(hang)
+    receiver_channel, _ = webhook_channel(receiver)
+    webhook_channel(other_receiver)
+    worker = sender.Background(poll_seconds=0.05)
+    worker.start()
+    try:
+        ask(bot)
+        wait_for(lambda: len(posts(receiver)) == 1 and len(posts(other_receiver)) == 1)
+        # The slow channel is still busy with the first; the other hears the next at once.
+        started = time.monotonic()
+        ask(bot, task="task-2")
+        wait_for(lambda: len(posts(other_receiver)) == 2, timeout=1.0)
+        assert len(posts(receiver)) == 1 and time.monotonic() - started < 1.0
+    finally:
+        stopping = threading.Thread(target=worker.stop)
+        stopping.start()
+        time.sleep(0.1)
+        released.set()
+        stopping.join(10)
+    # Stopping let the send in flight finish and be recorded, and took nothing more.
+    assert not worker.running and len(posts(receiver)) == 1
+    slow = row(channel_id=receiver_channel.pk, interaction__task__task_id="task-2")
+    assert (slow.state, slow.attempts, slow.claimed_until) == ("pending", 0, None)
+    assert row(channel_id=receiver_channel.pk, interaction__task__task_id="task-1").state == "sent"
+
+
+def wait_for(check, timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not sent in time"
+        time.sleep(0.01)
 
 
 def test_a_disabled_channel_sends_nothing_until_enabled(clock, bot, receiver):

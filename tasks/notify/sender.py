@@ -355,14 +355,23 @@ def _failed(claimed: Claimed, error: str, at: datetime) -> None:
 # -- one channel, every channel ------------------------------------------------------------
 
 
-def send_channel(channel_id: int, now: datetime | None = None, *, limit: int = PER_CHANNEL) -> int:
+def send_channel(
+    channel_id: int,
+    now: datetime | None = None,
+    *,
+    limit: int = PER_CHANNEL,
+    stopping: threading.Event | None = None,
+) -> int:
     """Send what the channel has due, in order, until it is done, fails (the rest then wait
-    for the retry), `limit` rows were sent or CHANNEL_SECONDS passed. How many were sent."""
+    for the retry), `limit` rows were sent, CHANNEL_SECONDS passed or `stopping` is set.
+    How many were sent."""
     started = time.monotonic()
     start = now or timezone.now()
     passed: set[int] = set()
     sent = 0
     while sent < limit and time.monotonic() - started < CHANNEL_SECONDS:
+        if stopping is not None and stopping.is_set():
+            break
         # `now` moves on with the real clock: what fell due while sending is taken too.
         now = start + timedelta(seconds=time.monotonic() - started)
         claimed = _claim_next(channel_id, now, passed)
@@ -382,10 +391,12 @@ def send_channel(channel_id: int, now: datetime | None = None, *, limit: int = P
     return sent
 
 
-def _in_worker(channel_id: int, now: datetime | None, limit: int) -> int:
+def _in_worker(
+    channel_id: int, now: datetime | None, limit: int, stopping: threading.Event | None = None
+) -> int:
     """send_channel in a pool's thread, which has database connections of its own."""
     try:
-        return send_channel(channel_id, now, limit=limit)
+        return send_channel(channel_id, now, limit=limit, stopping=stopping)
     except Exception:  # noqa: BLE001 - the database went away, say: the next pass retries
         log.exception("could not send the notifications of channel %s", channel_id)
         return 0
@@ -421,6 +432,8 @@ class Background:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # Set by stop(): workers finish the send in flight and take no more rows.
+        self._stopped = threading.Event()
         self._busy: dict[int, Future] = {}
 
     def start(self) -> None:
@@ -428,6 +441,7 @@ class Background:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stopping = False
+            self._stopped.clear()
             self._thread = threading.Thread(target=self._run, name="onlooker-sender", daemon=True)
             self._thread.start()
 
@@ -443,8 +457,10 @@ class Background:
             self._thread.join(timeout)
 
     def stop(self, timeout: float = TOTAL_SECONDS + 2) -> None:
-        """Stop looking, and wait (up to `timeout`) for the sends in flight to be recorded."""
+        """Stop looking, and wait (up to `timeout`) for the sends in flight to be recorded;
+        what is not sent yet stays pending for the next sender."""
         self._stopping = True
+        self._stopped.set()
         self._woken.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -469,7 +485,9 @@ class Background:
         self._busy = {c: f for c, f in self._busy.items() if not f.done()}
         for channel_id in due_channels():
             if channel_id not in self._busy:
-                self._busy[channel_id] = pool.submit(_in_worker, channel_id, None, PER_CHANNEL)
+                self._busy[channel_id] = pool.submit(
+                    _in_worker, channel_id, None, PER_CHANNEL, self._stopped
+                )
 
 
 background = Background()
