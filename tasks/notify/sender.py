@@ -141,7 +141,8 @@ def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | N
                 return None
             verdict = _verdict(row, now)
             if verdict == "skip":
-                _skip(row, now)
+                if not _skip(row, now):
+                    passed.add(row.pk)  # another sender took it meanwhile
                 continue
             if verdict == "wait":
                 passed.add(row.pk)
