@@ -1,5 +1,6 @@
 """ASGI entry point: pushes answered by `PushReceiver` and applied by this process's applier
-thread (tasks/applier.py), static files served by the app itself
+thread (tasks/applier.py), team notifications sent by its sender thread
+(tasks/notify/sender.py), static files served by the app itself
 (one process to run, nothing to collect), other HTTP through Django, and the live socket at
 /ws/live/ behind session authentication and an exact origin check (tasks/origins.py)."""
 
@@ -18,6 +19,7 @@ from django.urls import path  # noqa: E402
 
 from tasks import applier  # noqa: E402
 from tasks.consumers import LiveConsumer  # noqa: E402
+from tasks.notify import sender  # noqa: E402
 from tasks.origins import ExactOriginValidator  # noqa: E402
 from tasks.webhooks import PushReceiver  # noqa: E402
 
@@ -32,3 +34,5 @@ application = ProtocolTypeRouter(
 
 # This process's applier: pushes it receives are applied by it, at once, in batches under load.
 applier.start()
+# And its notification sender, which sends team channels what the outbox holds.
+sender.start()

@@ -114,6 +114,13 @@ if ONLOOKER_APPLIER not in ("background", "external", "inline"):
     raise ImproperlyConfigured(
         f"ONLOOKER_APPLIER must be background, external or inline, not {ONLOOKER_APPLIER!r}"
     )
+# Who sends team notifications (tasks/notify/sender.py): a thread in each server process
+# ("background"), or only `manage.py send_notifications` ("external").
+ONLOOKER_NOTIFIER = os.environ.get("ONLOOKER_NOTIFIER", "").strip() or "background"
+if ONLOOKER_NOTIFIER not in ("background", "external"):
+    raise ImproperlyConfigured(
+        f"ONLOOKER_NOTIFIER must be background or external, not {ONLOOKER_NOTIFIER!r}"
+    )
 
 _public_host = urlsplit(ONLOOKER_PUBLIC_URL).hostname or "localhost"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", sorted({_public_host, "localhost", "127.0.0.1", "[::1]"}))

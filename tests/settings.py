@@ -13,6 +13,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # A test's push is applied before its response arrives (the servers tests start as child
 # processes run the real background applier).
 ONLOOKER_APPLIER = "inline"
+# No sender thread in the test process (the ASGI app starts one when imported): tests that
+# send notifications call the sender themselves, and see exactly what it sent.
+ONLOOKER_NOTIFIER = "external"
 # Tests change credentials and push at once; the cache is tested on its own.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = 0
 

@@ -11,10 +11,12 @@ was queued: a channel hears the end of what it heard begin.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import reverse
 
 from tasks.models import Agent, Interaction, Session
@@ -37,16 +39,25 @@ def session_url(session_id: int) -> str:
 
 
 def _payload(interaction: Interaction, session: Session, agent: Agent) -> dict:
-    return {
-        "interaction": interaction.as_json(),
-        "openedAt": interaction.opened_at,
-        "session": {
-            "id": session.pk,
-            "url": session_url(session.pk),
-            "title": session.title,
-            "agent": {"id": agent.pk, "name": agent.name},
-        },
-    }
+    # Stored as JSON (the field has no encoder): its times as ISO 8601 text, as the API
+    # and the webhooks show them. A datetime left in would fail the insert, and with it the
+    # change being applied.
+    return _json_safe(
+        {
+            "interaction": interaction.as_json(),
+            "openedAt": interaction.opened_at,
+            "session": {
+                "id": session.pk,
+                "url": session_url(session.pk),
+                "title": session.title,
+                "agent": {"id": agent.pk, "name": agent.name},
+            },
+        }
+    )
+
+
+def _json_safe(value: dict) -> dict:
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 
 def opened(interaction: Interaction, session: Session, agent: Agent, *, at: datetime) -> int:

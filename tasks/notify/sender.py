@@ -1,0 +1,507 @@
+"""The sender: the only writer of delivery state. It takes due rows of the outbox, sends each
+to its channel, and records what happened (on the row, and the channel's last success or
+error).
+
+A row is claimed before it is sent: in a short transaction, a due pending row that no other
+sender holds (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's one writer at a time
+elsewhere) is leased to this sender (`claimed_until`, LEASE from now) and the lease
+committed; the HTTP call or the SMTP conversation happens after, outside any transaction,
+and its outcome is recorded by a conditional UPDATE of the row as claimed (still pending,
+same lease). So a row another sender holds is never sent twice, a row whose send got a 2xx
+is marked sent and never sent again, and a sender that dies mid-send leaves a lease that
+expires: the row is sent by the next sender that finds it due.
+
+Exactly once, with one window: a crash (or a lost database) between the receiver's 2xx and
+recording it sends that event again when the lease expires. Each event's `webhook-id` (and
+an email's Message-ID) is the same on every attempt, `Notification.event_id`, so a receiver
+that keeps the ids it saw drops the repeat; Slack shows it twice.
+
+Per channel and per interaction round, in order:
+- an opening still pending when its resolution is already queued is skipped (nobody needs
+  "needs approval" for what is answered), and so is that resolution;
+- a resolution waits until its opening was sent, and is skipped if the opening was skipped
+  or given up on;
+- a reminder is sent only while the interaction is still open in that round and after its
+  opening was sent, and only the latest one due (a sender that was down for hours sends one
+  reminder, not three at once); a reminder that fell due before its opening went out is
+  skipped (the opening said how long it has waited).
+
+Failures (non-2xx, a redirect, a timeout, a refused connection, an SMTP error) are retried
+with exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's
+other due rows wait as long, so a channel that is down gets one attempt per interval, not
+one per row. After Notification.GIVE_UP_AFTER from when it was due, a row that still fails
+is given up (`failed`). Rows of a disabled channel stay pending until it is enabled.
+
+Channels are sent to concurrently, one worker per channel at a time, with short timeouts:
+a slow or failing channel never delays another, and nothing here runs on a request (ingest
+and answers only insert rows). The background thread (`ONLOOKER_NOTIFIER=background`, the
+default, started with the ASGI app) looks every POLL_SECONDS; `manage.py
+send_notifications` runs the same loop standalone (`ONLOOKER_NOTIFIER=external`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import smtplib
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import httpx
+from django.conf import settings
+from django.core.mail import get_connection
+from django.db import close_old_connections, connection, connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from tasks.applier import writing
+from tasks.models import Interaction
+from tasks.notify import formats
+from tasks.notify.models import Notification, NotificationChannel
+
+log = logging.getLogger(__name__)
+
+Kind = Notification.Kind
+State = Notification.State
+
+# A claimed row is this sender's until then: far longer than one send can take (TIMEOUT).
+LEASE = timedelta(seconds=60)
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# A send's whole time, whatever the server trickles: httpx's timeouts are per read.
+TOTAL_SECONDS = 10.0
+WORKERS = 8  # channels sent to at once
+PER_CHANNEL = 50  # rows a channel's worker sends before it lets other channels have a turn
+# A channel's worker stops taking its rows after this long, so a slow channel that still
+# answers never keeps a worker from the others for long.
+CHANNEL_SECONDS = 15.0
+POLL_SECONDS = 1.0
+FIRST_BACKOFF = timedelta(seconds=5)
+MAX_BACKOFF = timedelta(hours=1)
+ERROR_CHARS = 300
+
+
+def backoff(attempts: int, *, jitter: float | None = None) -> timedelta:
+    """How long after its `attempts`-th failure a row is tried again: 5 s, doubling, at most
+    an hour, less up to a fifth at random (`jitter`, 0–1), so rows that failed together are
+    not all retried in the same second."""
+    base = min(FIRST_BACKOFF * 2 ** max(attempts - 1, 0), MAX_BACKOFF)
+    fraction = random.random() if jitter is None else jitter
+    return base * (1 - 0.2 * fraction)
+
+
+class SendFailed(Exception):
+    """Why a channel did not take an event, in a few words with no secret in them (no
+    webhook URL path, no signing secret, no password)."""
+
+
+@dataclass
+class Claimed:
+    notification: Notification
+    until: datetime
+
+
+# -- what is due ----------------------------------------------------------------------------
+
+
+def _unclaimed(now: datetime) -> Q:
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+
+
+def _due(now: datetime):
+    return Notification.objects.filter(
+        _unclaimed(now), state=State.PENDING, next_attempt_at__lte=now, channel__enabled=True
+    )
+
+
+def due_channels(now: datetime | None = None) -> list[int]:
+    """The enabled channels with something due now."""
+    now = now or timezone.now()
+    return sorted(set(_due(now).values_list("channel_id", flat=True)))
+
+
+def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | None:
+    """The next row of the channel to send, leased to this sender; rows that are not worth
+    sending any more are marked skipped on the way. One row per transaction, and a row
+    locked by another sender is passed over, never waited for: two senders never wait on
+    each other's locks, so never deadlock."""
+    postgresql = connection.vendor == "postgresql"
+    while True:
+        with writing(), transaction.atomic():
+            due = _due(now).filter(channel_id=channel_id).exclude(pk__in=passed)
+            due = due.order_by("due_at", "pk")
+            if postgresql:
+                due = due.select_for_update(skip_locked=True, of=("self",))
+            row = due.select_related("channel").first()
+            if row is None:
+                return None
+            verdict = _verdict(row, now)
+            if verdict == "skip":
+                if not _skip(row, now):
+                    passed.add(row.pk)  # another sender took it meanwhile
+                continue
+            if verdict == "wait":
+                passed.add(row.pk)
+                continue
+            until = now + LEASE
+            # Conditional on the lease as read: of two senders that read it, one wins.
+            claimed = Notification.objects.filter(
+                pk=row.pk, state=State.PENDING, claimed_until=row.claimed_until
+            ).update(claimed_until=until)
+            if not claimed:
+                passed.add(row.pk)
+                continue
+            row.claimed_until = until
+            return Claimed(row, until)
+
+
+def _skip(row: Notification, now: datetime) -> bool:
+    return bool(
+        Notification.objects.filter(_unclaimed(now), pk=row.pk, state=State.PENDING).update(
+            state=State.SKIPPED, claimed_until=None
+        )
+    )
+
+
+def _event(row: Notification, kind: str):
+    return Notification.objects.filter(
+        channel_id=row.channel_id, interaction_id=row.interaction_id, round=row.round, kind=kind
+    )
+
+
+def _verdict(row: Notification, now: datetime) -> str:
+    """send, skip or wait (see the module's docstring)."""
+    if row.kind == Kind.OPENED:
+        return "skip" if _event(row, Kind.RESOLVED).exists() else "send"
+    opening = _event(row, Kind.OPENED).first()
+    if opening is None:
+        return "skip"
+    if row.kind == Kind.RESOLVED:
+        if opening.state == State.SENT:
+            return "send"
+        if opening.state != State.PENDING:
+            return "skip"
+        # Its opening never went out: skip both, unless another sender is sending it now
+        # (then this waits, to follow it). The opening's lock is only tried, never waited
+        # for.
+        if opening.claimed_until is not None and opening.claimed_until > now:
+            return "wait"
+        if connection.vendor == "postgresql":
+            held = (
+                Notification.objects.filter(pk=opening.pk)
+                .select_for_update(skip_locked=True)
+                .first()
+            )
+            if held is None:
+                return "wait"
+        return "skip" if _skip(opening, now) else "wait"
+    # A reminder.
+    interaction = Interaction.objects.filter(pk=row.interaction_id).values("state", "round")
+    interaction = interaction.first()
+    if interaction is None or interaction != {"state": Interaction.State.OPEN, "round": row.round}:
+        return "skip"
+    if opening.state != State.SENT or (opening.sent_at and opening.sent_at >= row.due_at):
+        return "skip"
+    later = _event(row, Kind.REMINDER).filter(
+        state=State.PENDING, reminder__gt=row.reminder, due_at__lte=now
+    )
+    return "skip" if later.exists() else "send"
+
+
+# -- sending --------------------------------------------------------------------------------
+
+
+def _scrub(text: str, channel: NotificationChannel) -> str:
+    """Error text without the channel's URL (its path is often its secret)."""
+    text = " ".join(str(text).split())
+    if channel.target and channel.kind != NotificationChannel.Kind.EMAIL:
+        text = text.replace(channel.target, channel.shown_target)
+        path = httpx.URL(channel.target).raw_path.decode("ascii", "replace")
+        if len(path) > 1:
+            text = text.replace(path, "/…")
+    return text[:ERROR_CHARS]
+
+
+def _post(channel: NotificationChannel, body: str, headers: dict[str, str]) -> None:
+    started = time.monotonic()
+    try:
+        with (
+            httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client,
+            client.stream("POST", channel.target, content=body, headers=headers) as answer,
+        ):
+            # Read the answer (briefly) so the connection closes cleanly; a server that
+            # trickles it is cut off at TOTAL_SECONDS.
+            text = b""
+            for chunk in answer.iter_bytes():
+                if len(text) < 200:
+                    text += chunk
+                if time.monotonic() - started > TOTAL_SECONDS:
+                    raise SendFailed(f"no complete answer within {TOTAL_SECONDS:.0f} s")
+    except httpx.TimeoutException:
+        raise SendFailed(f"no answer within {TIMEOUT.read:.0f} s (timed out)") from None
+    except httpx.ConnectError as error:
+        raise SendFailed(f"could not connect: {error}") from None
+    except httpx.HTTPError as error:
+        raise SendFailed(f"{type(error).__name__}: {error}") from None
+    if answer.is_success:
+        return
+    if answer.is_redirect:
+        raise SendFailed(f"HTTP {answer.status_code}: a redirect (not followed)")
+    said = " ".join(text.decode("utf-8", "replace").split())[:80]
+    raise SendFailed(f"HTTP {answer.status_code}" + (f": {said}" if said else ""))
+
+
+def send(row: Notification, *, at: datetime) -> None:
+    """Send one event to its channel (`row.channel`); SendFailed unless it was taken."""
+    channel = row.channel
+    try:
+        if channel.kind == NotificationChannel.Kind.SLACK:
+            body = formats.slack(row, at=at)
+            _post(channel, _json(body), {"content-type": "application/json"})
+        elif channel.kind == NotificationChannel.Kind.WEBHOOK:
+            body = formats.webhook(row)
+            # The time of this attempt (receivers refuse old timestamps); the id is the
+            # event's, the same on every attempt.
+            signed_at = timezone.now()
+            signature = Webhook(channel.signing_secret).sign(row.event_id, signed_at, body)
+            _post(
+                channel,
+                body,
+                {
+                    "content-type": "application/json",
+                    "webhook-id": row.event_id,
+                    "webhook-timestamp": str(int(signed_at.timestamp())),
+                    "webhook-signature": signature,
+                },
+            )
+        elif channel.kind == NotificationChannel.Kind.EMAIL:
+            message = formats.email(row, at=at)
+            message.connection = get_connection(fail_silently=False)
+            message.send()
+        else:
+            raise SendFailed(f"unknown kind of channel {channel.kind!r}")
+    except SendFailed as error:
+        raise SendFailed(_scrub(str(error), channel)) from None
+    except smtplib.SMTPException as error:
+        raise SendFailed(_scrub(f"mail server: {type(error).__name__}: {error}", channel)) from None
+    except OSError as error:  # smtplib's connection; httpx's are caught in _post
+        raise SendFailed(_scrub(f"could not connect: {error}", channel)) from None
+
+
+def _json(body: dict) -> str:
+    return json.dumps(body, ensure_ascii=False)
+
+
+# -- recording ------------------------------------------------------------------------------
+
+
+def _sent(claimed: Claimed, at: datetime) -> None:
+    row = claimed.notification
+    with writing(), transaction.atomic():
+        recorded = Notification.objects.filter(
+            pk=row.pk, state=State.PENDING, claimed_until=claimed.until
+        ).update(
+            state=State.SENT,
+            sent_at=at,
+            claimed_until=None,
+            attempts=F("attempts") + 1,
+            last_error="",
+        )
+        NotificationChannel.objects.filter(pk=row.channel_id).update(last_success_at=at)
+    if not recorded:
+        # Its lease ran out mid-send and another sender took it: it may go out twice.
+        log.warning("notification %s was sent after its lease ran out", row.pk)
+
+
+def _failed(claimed: Claimed, error: str, at: datetime) -> None:
+    row = claimed.notification
+    attempts = row.attempts + 1
+    give_up = at >= row.due_at + Notification.GIVE_UP_AFTER
+    retry_at = at + backoff(attempts)
+    log.warning(
+        "notification %s (%s) to channel %s failed, attempt %s%s: %s",
+        row.pk,
+        row.kind,
+        row.channel_id,
+        attempts,
+        ", giving up" if give_up else "",
+        error,
+    )
+    change: dict = {"attempts": attempts, "last_error": error, "claimed_until": None}
+    if give_up:
+        change.update(state=State.FAILED, last_error=f"gave up after {attempts} attempts: {error}")
+    else:
+        change["next_attempt_at"] = retry_at
+    with writing(), transaction.atomic():
+        Notification.objects.filter(
+            pk=row.pk, state=State.PENDING, claimed_until=claimed.until
+        ).update(**change)
+        NotificationChannel.objects.filter(pk=row.channel_id).update(
+            last_error=error[:ERROR_CHARS], last_error_at=at
+        )
+        # The channel is failing: what else it has due waits as long, rather than each
+        # row being tried (and failing) in turn, once a pass.
+        Notification.objects.filter(
+            _unclaimed(at),
+            channel_id=row.channel_id,
+            state=State.PENDING,
+            next_attempt_at__lt=retry_at,
+        ).exclude(pk=row.pk).update(next_attempt_at=retry_at)
+
+
+# -- one channel, every channel ------------------------------------------------------------
+
+
+def send_channel(
+    channel_id: int,
+    now: datetime | None = None,
+    *,
+    limit: int = PER_CHANNEL,
+    stopping: threading.Event | None = None,
+) -> int:
+    """Send what the channel has due, in order, until it is done, fails (the rest then wait
+    for the retry), `limit` rows were sent, CHANNEL_SECONDS passed or `stopping` is set.
+    How many were sent."""
+    started = time.monotonic()
+    start = now or timezone.now()
+    passed: set[int] = set()
+    sent = 0
+    while sent < limit and time.monotonic() - started < CHANNEL_SECONDS:
+        if stopping is not None and stopping.is_set():
+            break
+        # `now` moves on with the real clock: what fell due while sending is taken too.
+        now = start + timedelta(seconds=time.monotonic() - started)
+        claimed = _claim_next(channel_id, now, passed)
+        if claimed is None:
+            break
+        try:
+            send(claimed.notification, at=now)
+        except SendFailed as error:
+            _failed(claimed, str(error), start + timedelta(seconds=time.monotonic() - started))
+            break
+        except Exception as error:  # noqa: BLE001 - a bug in a format, say: retried, logged
+            log.exception("notification %s could not be sent", claimed.notification.pk)
+            _failed(claimed, f"{type(error).__name__} (see the log)", now)
+            break
+        _sent(claimed, start + timedelta(seconds=time.monotonic() - started))
+        sent += 1
+    return sent
+
+
+def _in_worker(
+    channel_id: int, now: datetime | None, limit: int, stopping: threading.Event | None = None
+) -> int:
+    """send_channel in a pool's thread, which has database connections of its own."""
+    try:
+        return send_channel(channel_id, now, limit=limit, stopping=stopping)
+    except Exception:  # noqa: BLE001 - the database went away, say: the next pass retries
+        log.exception("could not send the notifications of channel %s", channel_id)
+        return 0
+    finally:
+        connections.close_all()
+
+
+def send_due(now: datetime | None = None, *, limit: int = PER_CHANNEL) -> int:
+    """Send what is due now on every enabled channel (at most `limit` rows a channel), each
+    channel in a worker of its own, and wait for them all; how many were sent."""
+    channels = due_channels(now)
+    if not channels:
+        return 0
+    if len(channels) == 1:
+        return send_channel(channels[0], now, limit=limit)
+    with ThreadPoolExecutor(min(WORKERS, len(channels)), "onlooker-sender") as pool:
+        futures = [pool.submit(_in_worker, channel, now, limit) for channel in channels]
+        return sum(future.result() for future in futures)
+
+
+# -- the background thread ------------------------------------------------------------------
+
+
+class Background:
+    """The process's sender: looks for due rows every `poll_seconds` (or when woken) and
+    gives each channel with some to a worker, unless one is already sending that channel's.
+    It never waits for a channel: a slow one holds its worker, not the loop."""
+
+    def __init__(self, poll_seconds: float = POLL_SECONDS, workers: int = WORKERS) -> None:
+        self.poll_seconds = poll_seconds
+        self.workers = workers
+        self._woken = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        # Set by stop(): workers finish the send in flight and take no more rows.
+        self._stopped = threading.Event()
+        self._busy: dict[int, Future] = {}
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stopping = False
+            self._stopped.clear()
+            self._thread = threading.Thread(target=self._run, name="onlooker-sender", daemon=True)
+            self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop(self, timeout: float = TOTAL_SECONDS + 2) -> None:
+        """Stop looking, and wait (up to `timeout`) for the sends in flight to be recorded;
+        what is not sent yet stays pending for the next sender."""
+        self._stopping = True
+        self._stopped.set()
+        self._woken.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pool = ThreadPoolExecutor(self.workers, "onlooker-sender")
+        try:
+            while not self._stopping:
+                self._woken.clear()
+                try:
+                    self._pass(pool)
+                except Exception:  # noqa: BLE001 - the database went away, say: try again
+                    log.exception("the sender could not look for due notifications")
+                finally:
+                    close_old_connections()
+                self._woken.wait(self.poll_seconds)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            connections.close_all()
+
+    def _pass(self, pool: ThreadPoolExecutor) -> None:
+        self._busy = {c: f for c, f in self._busy.items() if not f.done()}
+        for channel_id in due_channels():
+            if channel_id not in self._busy:
+                self._busy[channel_id] = pool.submit(
+                    _in_worker, channel_id, None, PER_CHANNEL, self._stopped
+                )
+
+
+background = Background()
+
+
+def start() -> None:
+    """Start this process's sender if the settings say it runs here (the ASGI app calls
+    this when it is loaded)."""
+    if settings.ONLOOKER_NOTIFIER == "background":
+        background.start()
+
+
+def wake() -> None:
+    """Something was queued: look now rather than at the next poll."""
+    if settings.ONLOOKER_NOTIFIER == "background" and background.running:
+        background.wake()
