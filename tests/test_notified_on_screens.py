@@ -10,6 +10,7 @@ part of this, so what it would do to a row (sent, failing, given up) is written 
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from datetime import UTC, datetime, timedelta
@@ -18,13 +19,13 @@ from io import StringIO
 import pytest
 import time_machine
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.template.loader import render_to_string
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks import broadcast
 from tasks.management.commands import demo
 from tasks.models import Interaction, Session
 from tasks.notify import channels, seen
@@ -261,43 +262,65 @@ def test_the_senders_hint_reaches_the_session_page_and_never_displaces_a_card_up
     assert "step 3" in cards[-1]["html"]["card"]
 
 
-def test_a_hint_goes_to_the_sessions_team_and_page_groups_with_a_version_of_its_own():
-    sent = []
-    broadcast.notices.clear()
-    original = broadcast._send
-    broadcast._send = lambda groups, message: sent.append((groups, broadcast.wire(message)))
-    try:
-        seen.hint_sent(7, 3)
-    finally:
-        broadcast._send = original
-        broadcast.notices.clear()
-    ((groups, wired),) = sent
-    assert groups == ["team.3", "session.7"]
-    assert wired["session"] == 7 and wired["version"].startswith("notified@")
+def heard(groups: list[str], act) -> list[dict]:
+    """What the channel layer delivers to `groups` (one listener each, as another process's
+    sockets would hear it) while `act` runs: (group, message) pairs."""
+    layer = get_channel_layer()
+
+    async def scenario():
+        names = {}
+        for group in groups:
+            names[group] = await layer.new_channel()
+            await layer.group_add(group, names[group])
+        await sync_to_async(act)()
+        got = []
+        for group, name in names.items():
+            while True:
+                try:
+                    got.append((group, await asyncio.wait_for(layer.receive(name), 0.4)))
+                except TimeoutError:
+                    break
+        return got
+
+    return async_to_sync(scenario)()
 
 
-def test_the_sender_can_hint_by_the_interactions_it_changed(agent, ops):
+def test_a_hint_goes_to_the_sessions_team_and_page_groups_with_a_version_of_its_own(
+    fresh_channel_layers,
+):
+    got = heard(["team.3", "session.7", "team.4"], lambda: seen.hint_sent(7, 3))
+    assert [group for group, _ in got] == ["team.3", "session.7"]
+    for _, message in got:
+        assert message["session"] == 7 and message["version"].startswith("notified@")
+        assert "html" not in message
+
+
+def test_the_sender_can_hint_by_the_interactions_it_changed(agent, ops, fresh_channel_layers):
     """One hint per session, to its team's group and its page's, found in one query."""
     design = Group.objects.create(name="design")
     first, second = ask(agent, 1), ask(agent, 2)
     other = ask(make_agent(team=design, signing=True, name="Designer"), 3)
-    sent = []
-    original = broadcast._send
-    broadcast._send = lambda groups, message: sent.append(groups)
-    broadcast.notices.clear()
-    try:
+    sessions = {q.pk: q.task.session_id for q in (first, second, other)}
+    groups = [f"team.{ops.pk}", f"team.{design.pk}"] + [
+        f"session.{sessions[q.pk]}" for q in (first, second, other)
+    ]
+    queries = []
+
+    def hint():
         with CaptureQueriesContext(connection) as captured:
             seen.hint_interactions([first.pk, second.pk, other.pk, first.pk])
-    finally:
-        broadcast._send = original
-        broadcast.notices.clear()
-    assert len(captured) == 1
-    sessions = {q.pk: q.task.session_id for q in (first, second, other)}
-    assert sorted(sent) == sorted(
+        queries.extend(captured)
+
+    got = heard(groups, hint)
+    assert len(queries) == 1
+    assert sorted((group, m["session"]) for group, m in got) == sorted(
         [
-            [f"team.{ops.pk}", f"session.{sessions[first.pk]}"],
-            [f"team.{ops.pk}", f"session.{sessions[second.pk]}"],
-            [f"team.{design.pk}", f"session.{sessions[other.pk]}"],
+            (f"team.{ops.pk}", sessions[first.pk]),
+            (f"session.{sessions[first.pk]}", sessions[first.pk]),
+            (f"team.{ops.pk}", sessions[second.pk]),
+            (f"session.{sessions[second.pk]}", sessions[second.pk]),
+            (f"team.{design.pk}", sessions[other.pk]),
+            (f"session.{sessions[other.pk]}", sessions[other.pk]),
         ]
     )
 

@@ -677,3 +677,19 @@ def test_a_misspelt_notifier_setting_stops_the_start(tmp_path):
     )
     assert started.returncode != 0
     assert "ONLOOKER_NOTIFIER must be background or external, not 'sometimes'" in started.stderr
+
+
+def test_a_send_tells_the_pages_showing_the_question(clock, bot, receiver, fresh_channel_layers):
+    """The "Notified ops: webhook 12:00" line is rendered per request: after recording a
+    send, the sender hints the session's page and its team's screens to refetch it."""
+    from tests.test_notified_on_screens import heard
+
+    webhook_channel(receiver)
+    interaction = ask(bot)
+    session_id = interaction.task.session_id
+    team = f"team.{bot.agent.team_id}"
+    got = heard([team, f"session.{session_id}"], sender.send_due)
+
+    assert row().state == Notification.State.SENT
+    assert sorted(group for group, _ in got) == sorted([team, f"session.{session_id}"])
+    assert all(m["version"].startswith("notified@") for _, m in got)

@@ -11,12 +11,11 @@ was queued: a channel hears the end of what it heard begin.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
-from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
 from django.urls import reverse
 
 from tasks.models import Agent, Interaction, Session
@@ -39,25 +38,18 @@ def session_url(session_id: int) -> str:
 
 
 def _payload(interaction: Interaction, session: Session, agent: Agent) -> dict:
-    # Stored as JSON (the field has no encoder): its times as ISO 8601 text, as the API
-    # and the webhooks show them. A datetime left in would fail the insert, and with it the
-    # change being applied.
-    return _json_safe(
-        {
-            "interaction": interaction.as_json(),
-            "openedAt": interaction.opened_at,
-            "session": {
-                "id": session.pk,
-                "url": session_url(session.pk),
-                "title": session.title,
-                "agent": {"id": agent.pk, "name": agent.name},
-            },
-        }
-    )
-
-
-def _json_safe(value: dict) -> dict:
-    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+    # Times go in as datetimes and are stored as ISO 8601 text (the field's encoder), as the
+    # API and the webhooks show them.
+    return {
+        "interaction": interaction.as_json(),
+        "openedAt": interaction.opened_at,
+        "session": {
+            "id": session.pk,
+            "url": session_url(session.pk),
+            "title": session.title,
+            "agent": {"id": agent.pk, "name": agent.name},
+        },
+    }
 
 
 def opened(interaction: Interaction, session: Session, agent: Agent, *, at: datetime) -> int:
@@ -79,7 +71,7 @@ def opened(interaction: Interaction, session: Session, agent: Agent, *, at: date
             for n in range(1, NotificationChannel.MAX_REMINDERS + 1):
                 due = at + channel.remind_after * n
                 rows.append(_row(channel, interaction, Kind.REMINDER, payload, at=at, due=due, n=n))
-    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    _queue(rows)
     return len(rows)
 
 
@@ -116,7 +108,7 @@ def resolved(closed: Iterable[tuple[int, int]], *, at: datetime) -> int:
                 next_attempt_at=at,
             )
         )
-    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    _queue(rows)
     return len(rows)
 
 
@@ -164,3 +156,15 @@ def _row(
         due_at=due,
         next_attempt_at=due,
     )
+
+
+def _queue(rows: list[Notification]) -> None:
+    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    # This process's sender looks at once after the commit, rather than at its next poll.
+    transaction.on_commit(_wake)
+
+
+def _wake() -> None:
+    from tasks.notify import sender  # the sender imports the applier, which imports this
+
+    sender.wake()

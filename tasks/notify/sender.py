@@ -61,7 +61,7 @@ from standardwebhooks import Webhook
 
 from tasks.applier import writing
 from tasks.models import Interaction
-from tasks.notify import formats
+from tasks.notify import formats, seen
 from tasks.notify.models import Notification, NotificationChannel
 
 log = logging.getLogger(__name__)
@@ -370,6 +370,25 @@ def send_channel(
     start = now or timezone.now()
     passed: set[int] = set()
     sent = 0
+    told: set[int] = set()  # interactions whose "Notified …" line changed
+    try:
+        sent = _send_channel(channel_id, start, started, limit, stopping, passed, told)
+    finally:
+        # Pages showing these questions refetch their lines; after the commits above.
+        seen.hint_interactions(told)
+    return sent
+
+
+def _send_channel(
+    channel_id: int,
+    start: datetime,
+    started: float,
+    limit: int,
+    stopping: threading.Event | None,
+    passed: set[int],
+    told: set[int],
+) -> int:
+    sent = 0
     while sent < limit and time.monotonic() - started < CHANNEL_SECONDS:
         if stopping is not None and stopping.is_set():
             break
@@ -382,12 +401,15 @@ def send_channel(
             send(claimed.notification, at=now)
         except SendFailed as error:
             _failed(claimed, str(error), start + timedelta(seconds=time.monotonic() - started))
+            told.add(claimed.notification.interaction_id)
             break
         except Exception as error:  # noqa: BLE001 - a bug in a format, say: retried, logged
             log.exception("notification %s could not be sent", claimed.notification.pk)
             _failed(claimed, f"{type(error).__name__} (see the log)", now)
+            told.add(claimed.notification.interaction_id)
             break
         _sent(claimed, start + timedelta(seconds=time.monotonic() - started))
+        told.add(claimed.notification.interaction_id)
         sent += 1
     return sent
 
