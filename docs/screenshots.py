@@ -5,8 +5,10 @@ the demo's packages), and Debian's chromium at /usr/bin/chromium (or `CHROMIUM=/
 runs `manage.py demo` in a throwaway data directory, logs in as the demo user in a real
 browser, and photographs, with the example agent's approval waiting: the monitoring screen at
 1440 px in the light and the dark theme, a session page at 1440 px and on a 390 px phone, and
-the wall display at 1920 x 1080, overwriting docs/{monitoring,monitoring-dark,session,phone,
-wall}.png."""
+the wall display at 1920 x 1080, and the session page again with desktop notifications
+turned on and the demo team's webhook told (a loopback receiver stands in for it,
+ONLOOKER_DEMO_WEBHOOK), overwriting docs/{monitoring,monitoring-dark,session,phone,wall,
+notified}.png."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
@@ -25,7 +29,26 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-SHOTS = ("monitoring.png", "monitoring-dark.png", "session.png", "phone.png", "wall.png")
+SHOTS = (
+    "monitoring.png",
+    "monitoring-dark.png",
+    "session.png",
+    "phone.png",
+    "wall.png",
+    "notified.png",
+)
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """The demo team's webhook: takes every event."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 def free_port() -> int:
@@ -37,9 +60,14 @@ def free_port() -> int:
 def main() -> int:
     port, agent_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/onlooker"
     with tempfile.TemporaryDirectory(prefix="onlooker-shots-") as data:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_"))}
-        env.update(ONLOOKER_DATA_DIR=data, ONLOOKER_PUBLIC_URL=url, DEBUG="1")
+        env.update(
+            ONLOOKER_DATA_DIR=data, ONLOOKER_PUBLIC_URL=url, DEBUG="1", ONLOOKER_DEMO_WEBHOOK=hook
+        )
         log = Path(data) / "demo.log"
         with log.open("w") as out:
             demo = subprocess.Popen(  # noqa: S603 - our own program
@@ -113,6 +141,15 @@ def shoot(url: str, password: str) -> None:
         page.goto(url + "/?display=wall")
         expect(page.locator("[data-live-status]")).to_have_text("live")
         page.screenshot(path=OUT / "wall.png")
+
+        told = browser.new_context(viewport={"width": 1440, "height": 900}, storage_state=logged_in)
+        told.grant_permissions(["notifications"], origin=url)
+        page = told.new_page()
+        page.goto(session_url)
+        page.click("[data-notify-toggle]")
+        expect(page.locator("[data-notify-toggle]")).to_have_attribute("aria-pressed", "true")
+        expect(page.locator("[data-notified] .notified-sent").first).to_be_visible(timeout=20_000)
+        page.screenshot(path=OUT / "notified.png")
         browser.close()
 
 

@@ -18,7 +18,7 @@
 
 const body = document.body;
 const userId = body.dataset.userId || "";
-const waitingUrl = body.dataset.waitingUrl || "";
+const waitingUrl = body.dataset.notifyUrl || "";
 const sessionId = body.dataset.liveSession || "";
 
 const SUPPORTED = "Notification" in window && window.isSecureContext;
