@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks import changes, fragments, ingest, protocol
 from tasks.models import Agent, Delivery, Session
+from tasks.worker import Loop
 
 log = logging.getLogger(__name__)
 
@@ -271,53 +272,18 @@ def _due():
     )
 
 
-class Background:
-    """The process's applier thread: `wake()` after committing a delivery."""
+class Background(Loop):
+    """The process's applier thread: `wake()` after committing a delivery. Its first step
+    applies what a crash left pending: nothing woke anyone for it."""
+
+    name = "onlooker-applier"
 
     def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
-        self.poll_seconds = poll_seconds
-        self._woken = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
+        super().__init__(poll_seconds)
+        self.failure_pause = min(poll_seconds, 1.0)
 
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name="onlooker-applier", daemon=True)
-            self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wake(self) -> None:
-        self._woken.set()
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping = True
-        self._woken.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        # What a crash left pending is applied first: nothing woke anyone for it.
-        while not self._stopping:
-            self._woken.clear()
-            try:
-                drain(gather=GATHER_SECONDS)
-            except Exception:  # noqa: BLE001 - the database went away, say: try again later
-                log.exception("the applier could not apply pending deliveries")
-                time.sleep(min(self.poll_seconds, 1.0))
-            finally:
-                close_old_connections()
-            self._woken.wait(self.poll_seconds)
+    def step(self) -> None:
+        drain(gather=GATHER_SECONDS)
 
 
 background = Background()

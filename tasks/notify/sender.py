@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 import httpx
 from django.conf import settings
 from django.core.mail import get_connection
-from django.db import close_old_connections, connection, connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from standardwebhooks import Webhook
@@ -63,6 +63,7 @@ from tasks.applier import writing
 from tasks.models import Interaction
 from tasks.notify import formats, seen
 from tasks.notify.models import Notification, NotificationChannel
+from tasks.worker import Loop
 
 log = logging.getLogger(__name__)
 
@@ -443,73 +444,34 @@ def send_due(now: datetime | None = None, *, limit: int = PER_CHANNEL) -> int:
 # -- the background thread ------------------------------------------------------------------
 
 
-class Background:
+class Background(Loop):
     """The process's sender: looks for due rows every `poll_seconds` (or when woken) and
     gives each channel with some to a worker, unless one is already sending that channel's.
-    It never waits for a channel: a slow one holds its worker, not the loop."""
+    It never waits for a channel: a slow one holds its worker, not the loop. stop() lets the
+    sends in flight be recorded; what is not sent yet stays pending for the next sender."""
+
+    name = "onlooker-sender"
+    stop_timeout = TOTAL_SECONDS + 2
 
     def __init__(self, poll_seconds: float = POLL_SECONDS, workers: int = WORKERS) -> None:
-        self.poll_seconds = poll_seconds
+        super().__init__(poll_seconds)
         self.workers = workers
-        self._woken = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        # Set by stop(): workers finish the send in flight and take no more rows.
-        self._stopped = threading.Event()
         self._busy: dict[int, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stopping = False
-            self._stopped.clear()
-            self._thread = threading.Thread(target=self._run, name="onlooker-sender", daemon=True)
-            self._thread.start()
+    def begin(self) -> None:
+        self._pool = ThreadPoolExecutor(self.workers, "onlooker-sender")
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def end(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        connections.close_all()
 
-    def wake(self) -> None:
-        self._woken.set()
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def stop(self, timeout: float = TOTAL_SECONDS + 2) -> None:
-        """Stop looking, and wait (up to `timeout`) for the sends in flight to be recorded;
-        what is not sent yet stays pending for the next sender."""
-        self._stopping = True
-        self._stopped.set()
-        self._woken.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        pool = ThreadPoolExecutor(self.workers, "onlooker-sender")
-        try:
-            while not self._stopping:
-                self._woken.clear()
-                try:
-                    self._pass(pool)
-                except Exception:  # noqa: BLE001 - the database went away, say: try again
-                    log.exception("the sender could not look for due notifications")
-                finally:
-                    close_old_connections()
-                self._woken.wait(self.poll_seconds)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            connections.close_all()
-
-    def _pass(self, pool: ThreadPoolExecutor) -> None:
+    def step(self) -> None:
         self._busy = {c: f for c, f in self._busy.items() if not f.done()}
         for channel_id in due_channels():
             if channel_id not in self._busy:
-                self._busy[channel_id] = pool.submit(
-                    _in_worker, channel_id, None, PER_CHANNEL, self._stopped
+                self._busy[channel_id] = self._pool.submit(
+                    _in_worker, channel_id, None, PER_CHANNEL, self.stopped
                 )
 
 

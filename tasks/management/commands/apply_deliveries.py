@@ -6,11 +6,10 @@ claimed with SKIP LOCKED."""
 
 from __future__ import annotations
 
-import signal
-
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks import applier
+from tasks.worker import run_in_foreground
 
 
 class Command(BaseCommand):
@@ -34,14 +33,6 @@ class Command(BaseCommand):
             applied = applier.drain()
             self.stdout.write(f"Applied {applied} deliveries.")
             return
-        worker = applier.Background(poll_seconds=poll)
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-        self.stdout.write(f"Applying deliveries (looking every {poll} s); Ctrl-C to stop.")
-        worker.start()
-        try:
-            while worker.running:
-                worker.join(1.0)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            worker.stop()
+        run_in_foreground(
+            applier.Background(poll_seconds=poll), self.stdout.write, "Applying deliveries"
+        )

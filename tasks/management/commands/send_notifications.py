@@ -6,11 +6,10 @@ sent (SKIP LOCKED on PostgreSQL), so two senders never send the same row."""
 
 from __future__ import annotations
 
-import signal
-
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.notify import sender
+from tasks.worker import run_in_foreground
 
 
 class Command(BaseCommand):
@@ -32,14 +31,6 @@ class Command(BaseCommand):
             sent = sender.send_due()
             self.stdout.write(f"Sent {sent} notification{'' if sent == 1 else 's'}.")
             return
-        worker = sender.Background(poll_seconds=poll)
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-        self.stdout.write(f"Sending notifications (looking every {poll} s); Ctrl-C to stop.")
-        worker.start()
-        try:
-            while worker.running:
-                worker.join(1.0)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            worker.stop()
+        run_in_foreground(
+            sender.Background(poll_seconds=poll), self.stdout.write, "Sending notifications"
+        )
