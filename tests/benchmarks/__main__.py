@@ -19,6 +19,7 @@ BENCHMARKS = {
     "render": "tests.benchmarks.render",
     "live": "tests.benchmarks.live",
     "socket_access": "tests.benchmarks.socket_access",
+    "notify": "tests.benchmarks.notify",
 }
 
 
