@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from django.db import connections
 
 from tasks import a2a_client
 from tasks.a2a_client import A2AError, PushConfig
@@ -482,6 +483,8 @@ def test_threads_share_one_pool_created_once_and_all_their_calls_succeed(bad_age
             tasks.append(a2a_client.get_task(agent, "t1"))
         except A2AError as error:
             failures.append(error)
+        finally:
+            connections.close_all()  # recording the echo took one: a thread hands it back
 
     threads = [threading.Thread(target=work) for _ in range(16)]
     for thread in threads:

@@ -18,6 +18,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.db import connections
 from websockets.asyncio.client import ClientConnection, connect
 
 from tasks.models import Card, Session
@@ -74,6 +75,16 @@ async def hints_about(
     return found
 
 
+def pushed_in_a_thread(*args):
+    """push_http from a worker thread, which hands its database connection back (waiting
+    for the push to be applied reads the database; left open, the connection outlives the
+    test database)."""
+    try:
+        return push_http(*args)
+    finally:
+        connections.close_all()
+
+
 def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, charlie, ops):
     registered = make_agent(signing=True, team=ops)
     with LiveServer() as receiver, LiveServer() as other:
@@ -89,7 +100,7 @@ def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, cha
             snooping = await open_socket(other, outsider, f"?session={session.pk}")
             try:
                 answer = await asyncio.to_thread(
-                    push_http,
+                    pushed_in_a_thread,
                     receiver,
                     registered,
                     status("WORKING", at=2, text="Running the tests"),

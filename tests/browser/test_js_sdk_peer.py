@@ -40,6 +40,9 @@ def landed(peer: JsPeer, push: dict) -> bool:
     return push["status"] == 200 and Delivery.objects.filter(idempotency_key=push["key"]).exists()
 
 
+# The longest browser test (about 8 s): CI runs it with the long checks; the same guarantee
+# without a browser (tests/test_js_sdk_peer.py) runs with every test command.
+@pytest.mark.slow
 def test_a_js_sdk_agents_republished_question_does_not_reopen_an_approval(
     browser, server, js_peer, ops, approvers
 ):
