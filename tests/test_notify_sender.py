@@ -504,6 +504,30 @@ def test_a_failing_channel_backs_off_exponentially_then_gives_up_after_a_day(clo
     assert len(posts(receiver)) == attempts == len(gaps) + 1
 
 
+def test_what_is_queued_for_a_failing_channel_waits_for_its_retry(clock, bot, receiver):
+    """A channel that is down is tried once per backoff interval, not once per new event."""
+    receiver.answer(b"down", status=500, content_type="text/plain")
+    webhook_channel(receiver)
+    ask(bot)
+    assert sender.send_due() == 0 and len(posts(receiver)) == 1
+    retry_at = row(interaction__task__task_id="task-1").next_attempt_at
+
+    ask(bot, task="task-2")  # queued during the backoff, due at once by itself
+    assert sender.send_due() == 0 and len(posts(receiver)) == 1
+    assert row(interaction__task__task_id="task-2").next_attempt_at == retry_at
+
+    receiver.answer(b"ok", content_type="text/plain")
+    clock.move_to(retry_at)
+    assert sender.send_due() == 2  # in order: the first, then the one queued since
+    assert [verified_id(r) for r in posts(receiver)[1:]] == [
+        row(interaction__task__task_id=task).event_id for task in ("task-1", "task-2")
+    ]
+
+
+def verified_id(request) -> str:
+    return request.headers["webhook-id"]
+
+
 # -- exactly once ---------------------------------------------------------------------------
 
 

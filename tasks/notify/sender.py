@@ -28,8 +28,8 @@ Per channel and per interaction round, in order:
 
 Failures (non-2xx, a redirect, a timeout, a refused connection, an SMTP error) are retried
 with exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's
-other due rows wait as long, so a channel that is down gets one attempt per interval, not
-one per row. After Notification.GIVE_UP_AFTER from when it was due, a row that still fails
+other rows, and those queued for it meanwhile, wait as long: a channel that is down gets one
+attempt per interval, not one per row or per new event. After Notification.GIVE_UP_AFTER from when it was due, a row that still fails
 is given up (`failed`). Rows of a disabled channel stay pending until it is enabled.
 
 Channels are sent to concurrently, one worker per channel at a time, with short timeouts:
@@ -133,6 +133,8 @@ def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | N
     postgresql = connection.vendor == "postgresql"
     while True:
         with writing(), transaction.atomic():
+            if _backing_off(channel_id, now):
+                return None
             due = _due(now).filter(channel_id=channel_id).exclude(pk__in=passed)
             due = due.order_by("due_at", "pk")
             if postgresql:
@@ -158,6 +160,26 @@ def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | N
                 continue
             row.claimed_until = until
             return Claimed(row, until)
+
+
+def _backing_off(channel_id: int, now: datetime) -> bool:
+    """Whether the channel waits for the retry of a row that failed: then what was queued
+    for it since waits as long (its rows go in order), rather than each new event trying a
+    channel that is down as soon as it is queued."""
+    retry_at = (
+        Notification.objects.filter(
+            channel_id=channel_id, state=State.PENDING, attempts__gt=0, next_attempt_at__gt=now
+        )
+        .order_by("next_attempt_at")
+        .values_list("next_attempt_at", flat=True)
+        .first()
+    )
+    if retry_at is None:
+        return False
+    Notification.objects.filter(
+        _unclaimed(now), channel_id=channel_id, state=State.PENDING, next_attempt_at__lt=retry_at
+    ).update(next_attempt_at=retry_at)
+    return True
 
 
 def _skip(row: Notification, now: datetime) -> bool:
