@@ -29,8 +29,9 @@ Per channel and per interaction round, in order:
 Failures (non-2xx, a redirect, a timeout, a refused connection, an SMTP error) are retried
 with exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's
 other rows, and those queued for it meanwhile, wait as long: a channel that is down gets one
-attempt per interval, not one per row or per new event. After Notification.GIVE_UP_AFTER from when it was due, a row that still fails
-is given up (`failed`). Rows of a disabled channel stay pending until it is enabled.
+attempt per interval, not one per row or per new event. After Notification.GIVE_UP_AFTER
+from when it was due, a row that still fails is given up (`failed`). Rows of a disabled
+channel stay pending until it is enabled.
 
 Channels are sent to concurrently, one worker per channel at a time, with short timeouts:
 a slow or failing channel never delays another, and nothing here runs on a request (ingest
