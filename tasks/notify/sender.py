@@ -121,9 +121,14 @@ def _due(now: datetime):
 
 
 def due_channels(now: datetime | None = None) -> list[int]:
-    """The enabled channels with something due now."""
+    """The enabled channels with something due now, but for those waiting for a retry (see
+    `_backing_off`): a channel that is down costs no worker until its retry is due."""
     now = now or timezone.now()
-    return sorted(set(_due(now).values_list("channel_id", flat=True)))
+    retrying = Notification.objects.filter(
+        state=State.PENDING, attempts__gt=0, next_attempt_at__gt=now
+    ).values("channel_id")
+    due = _due(now).exclude(channel_id__in=retrying)
+    return sorted(set(due.values_list("channel_id", flat=True)))
 
 
 def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | None:
@@ -250,13 +255,30 @@ def _scrub(text: str, channel: NotificationChannel) -> str:
     return text[:ERROR_CHARS]
 
 
+_client: httpx.Client | None = None
+_client_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """One client for every send of the process (httpx's is thread-safe): making one costs
+    ~40 ms of CPU (its TLS context loads the system's certificates), more than the send."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = httpx.Client(
+                timeout=TIMEOUT,
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=WORKERS * 2, keepalive_expiry=30),
+            )
+        return _client
+
+
 def _post(channel: NotificationChannel, body: str, headers: dict[str, str]) -> None:
     started = time.monotonic()
     try:
-        with (
-            httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client,
-            client.stream("POST", channel.target, content=body, headers=headers) as answer,
-        ):
+        with http_client().stream(
+            "POST", channel.target, content=body, headers=headers, timeout=TIMEOUT
+        ) as answer:
             # Read the answer (briefly) so the connection closes cleanly; a server that
             # trickles it is cut off at TOTAL_SECONDS.
             text = b""
@@ -493,9 +515,11 @@ class Background(Loop):
         self._busy = {c: f for c, f in self._busy.items() if not f.done()}
         for channel_id in due_channels():
             if channel_id not in self._busy:
-                self._busy[channel_id] = self._pool.submit(
-                    _in_worker, channel_id, None, PER_CHANNEL, self.stopped
-                )
+                future = self._pool.submit(_in_worker, channel_id, None, PER_CHANNEL, self.stopped)
+                # A row queued while the worker was finishing (after its last look, before
+                # it was done) is taken at once, not at the next poll.
+                future.add_done_callback(lambda _: self.wake())
+                self._busy[channel_id] = future
 
 
 background = Background()
