@@ -246,3 +246,25 @@ def test_reminder_intervals_read_as_people_write_them(text, minutes):
 def test_an_interval_with_stray_text_is_refused():
     with pytest.raises(ChannelError):
         parse_interval("15m and then some")
+
+
+def test_a_huge_question_is_bounded_in_each_event(team_agent, ops_webhook):
+    """A push may carry a 1 MB prompt or detail, and an event is kept per channel and per
+    reminder: events carry a cut prompt and no detail beyond what a channel could show."""
+    detail = {"log": "x" * 200_000}
+    body = status(
+        "AUTH_REQUIRED",
+        at=1,
+        text="?",
+        metadata=approval("i-1", "Delete? " + "y" * 100_000, detail=detail),
+    )
+    assert push(Client(), team_agent, body, msg_id="huge").status_code == 200
+
+    rows = Notification.objects.filter(channel=ops_webhook)
+    assert rows.count() == 4
+    for row in rows:
+        shown = row.payload["interaction"]
+        assert len(shown["prompt"]) == 4_000 and shown["prompt"].endswith("…")
+        assert shown["detail"] is None and shown["detailOmitted"] is True
+        assert len(json.dumps(row.payload)) < 6_000
+    assert Interaction.objects.get().detail == detail  # the session keeps it whole

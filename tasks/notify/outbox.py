@@ -11,10 +11,12 @@ was queued: a channel hears the end of what it heard begin.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.urls import reverse
 
@@ -22,6 +24,11 @@ from tasks.models import Agent, Interaction, Session
 from tasks.notify.models import Notification, NotificationChannel
 
 Kind = Notification.Kind
+
+# Far more than any channel shows (formats.py cuts a prompt to 300 characters and a detail to
+# 10 lines), far less than a push may hold.
+PAYLOAD_PROMPT_CHARS = 4_000
+PAYLOAD_DETAIL_CHARS = 20_000
 
 
 def channels_for(agent: Agent) -> list[NotificationChannel]:
@@ -41,7 +48,7 @@ def _payload(interaction: Interaction, session: Session, agent: Agent) -> dict:
     # Times go in as datetimes and are stored as ISO 8601 text (the field's encoder), as the
     # API and the webhooks show them.
     return {
-        "interaction": interaction.as_json(),
+        "interaction": _bounded(interaction.as_json()),
         "openedAt": interaction.opened_at,
         "session": {
             "id": session.pk,
@@ -52,25 +59,37 @@ def _payload(interaction: Interaction, session: Session, agent: Agent) -> dict:
     }
 
 
+def _bounded(shown: dict) -> dict:
+    """The interaction as an event carries it: a push may hold a 1 MB prompt or detail, and
+    an event is kept once per channel and reminder, inside the apply's transaction. A longer
+    prompt is cut (ending in "…"), a larger detail left out (`detailOmitted`); the whole
+    stays on the session page and in /api/sessions/<id>."""
+    prompt = shown["prompt"]
+    if len(prompt) > PAYLOAD_PROMPT_CHARS:
+        shown["prompt"] = prompt[: PAYLOAD_PROMPT_CHARS - 1] + "…"
+    if len(json.dumps(shown["detail"], cls=DjangoJSONEncoder)) > PAYLOAD_DETAIL_CHARS:
+        shown["detail"] = None
+        shown["detailOmitted"] = True
+    return shown
+
+
 def opened(interaction: Interaction, session: Session, agent: Agent, *, at: datetime) -> int:
     """The interaction opened (or was asked anew: `interaction.round` is the new round).
     How many notifications it queued."""
     channels = channels_for(agent)
     if not channels:
         return 0
-    interaction = (
-        Interaction.objects.select_related("task", "answered_by").get(pk=interaction.pk)
-        if interaction.pk
-        else interaction
-    )
+    # As stored now: a reopen moved the round and dropped the decision in the database only.
+    interaction = Interaction.objects.select_related("task", "answered_by").get(pk=interaction.pk)
     payload = _payload(interaction, session, agent)
     rows = []
     for channel in channels:
-        rows.append(_row(channel, interaction, Kind.OPENED, payload, at=at, due=at))
+        event = (channel.pk, interaction.pk, interaction.round)
+        rows.append(_row(*event, Kind.OPENED, payload, at=at, due=at))
         if channel.remind_after:
             for n in range(1, NotificationChannel.MAX_REMINDERS + 1):
                 due = at + channel.remind_after * n
-                rows.append(_row(channel, interaction, Kind.REMINDER, payload, at=at, due=due, n=n))
+                rows.append(_row(*event, Kind.REMINDER, payload, at=at, due=due, n=n))
     _queue(rows)
     return len(rows)
 
@@ -96,18 +115,7 @@ def resolved(closed: Iterable[tuple[int, int]], *, at: datetime) -> int:
         session = interaction.task.session
         payload = _payload(interaction, session, session.agent)
         payload["resolution"] = resolution(interaction)
-        rows.append(
-            Notification(
-                channel_id=channel_id,
-                interaction_id=pk,
-                round=round_,
-                kind=Kind.RESOLVED,
-                payload=payload,
-                created_at=at,
-                due_at=at,
-                next_attempt_at=at,
-            )
-        )
+        rows.append(_row(channel_id, pk, round_, Kind.RESOLVED, payload, at=at, due=at))
     _queue(rows)
     return len(rows)
 
@@ -136,8 +144,9 @@ def resolution(interaction: Interaction) -> dict:
 
 
 def _row(
-    channel: NotificationChannel,
-    interaction: Interaction,
+    channel_id: int,
+    interaction_id: int,
+    round_: int,
     kind: str,
     payload: dict,
     *,
@@ -146,9 +155,9 @@ def _row(
     n: int = 0,
 ) -> Notification:
     return Notification(
-        channel=channel,
-        interaction=interaction,
-        round=interaction.round,
+        channel_id=channel_id,
+        interaction_id=interaction_id,
+        round=round_,
         kind=kind,
         reminder=n,
         payload=payload,
