@@ -205,6 +205,14 @@ def test_add_channel_prints_json_with_a_secret_only_for_webhooks(db, capsys):
     assert NotificationChannel.objects.get(pk=made["channel"]).remind_after == timedelta(minutes=90)
 
 
+def test_a_team_name_that_cannot_be_stored_is_refused(db):
+    with pytest.raises(CommandError, match="at most 150 characters"):
+        call_command("add_channel", "--team", "t" * 151, "--slack", "https://h.test/x")
+    with pytest.raises(CommandError, match="lone surrogate"):
+        call_command("add_channel", "--team", "ops\udcff", "--slack", "https://h.test/x")
+    assert not NotificationChannel.objects.exists() and not Group.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -214,6 +222,8 @@ def test_add_channel_prints_json_with_a_secret_only_for_webhooks(db, capsys):
         (["--email", "ops@example.test"], "email is not configured"),
         (["--webhook", "https://h.test/", "--remind-after", "soon"], "is not a duration"),
         (["--webhook", "https://h.test/", "--remind-after", "10s"], "between 1 minute"),
+        (["--webhook", "https://h.test/", "--remind-after", "9" * 30 + "d"], "between 1 minute"),
+        (["--webhook", "https://h.test/\udcff"], "lone surrogate"),
     ],
 )
 def test_add_channel_refuses_what_could_never_deliver(db, settings, args, message):

@@ -26,6 +26,7 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # Shorter would be spam, longer is not a reminder any more.
 SHORTEST_REMINDER = timedelta(minutes=1)
 LONGEST_REMINDER = timedelta(days=7)
+TEAM_NAME_CHARS = Group._meta.get_field("name").max_length
 
 
 class ChannelError(ValueError):
@@ -45,10 +46,11 @@ def parse_interval(text: str) -> timedelta:
     parts = _DURATION.findall(cleaned)
     if not cleaned or "".join(n + u for n, u in parts).lower() != cleaned.lower():
         raise ChannelError(f"{text!r} is not a duration: write e.g. 15m, 1h or 1h30m")
-    interval = timedelta(seconds=sum(int(n) * _UNIT[u.lower()] for n, u in parts))
-    if not SHORTEST_REMINDER <= interval <= LONGEST_REMINDER:
+    # Compared as a number first: "99999999999d" is past what a timedelta can hold.
+    seconds = sum(int(n) * _UNIT[u.lower()] for n, u in parts)
+    if not SHORTEST_REMINDER.total_seconds() <= seconds <= LONGEST_REMINDER.total_seconds():
         raise ChannelError("a reminder interval is between 1 minute and 7 days")
-    return interval
+    return timedelta(seconds=seconds)
 
 
 def email_configured() -> bool:
@@ -78,8 +80,17 @@ def add(
     remind_after: timedelta | None = None,
 ) -> Added:
     """A new channel for the team (made if missing). A signed webhook gets a new secret."""
+    for text in (team_name, target):
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            # A lone surrogate (from a command line in another encoding, say): no database
+            # stores it, and no receiver could be reached through it.
+            raise ChannelError(f"{text!r} is not valid text (a lone surrogate)") from None
     if not team_name.strip():
         raise ChannelError("a channel belongs to a team: give its name")
+    if len(team_name.strip()) > TEAM_NAME_CHARS:
+        raise ChannelError(f"a team's name is at most {TEAM_NAME_CHARS} characters")
     if kind in (Kind.SLACK, Kind.WEBHOOK):
         target = _check_url(target)
     elif kind == Kind.EMAIL:
