@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from tasks import applier, ingest, profile
 from tasks.models import Agent, Session, Task, UsageDay
 from tests.builders import artifact, status
-from tests.conftest import make_agent, member, push
+from tests.conftest import make_agent, push
 
 DAY = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -30,7 +30,11 @@ def telemetry(**values) -> dict:
 
 def finished(task: str, at: int = 1, context: str | None = None, **values) -> dict:
     return status(
-        "COMPLETED", task=task, context=context or f"ctx-{task}", at=at, metadata=telemetry(**values)
+        "COMPLETED",
+        task=task,
+        context=context or f"ctx-{task}",
+        at=at,
+        metadata=telemetry(**values),
     )
 
 
@@ -228,7 +232,10 @@ def test_a_bad_days_is_refused_with_a_json_message(alice, query):
     response = usage_json(alice, query)
 
     assert response.status_code == 400
-    assert response.json() == {"error": "bad days", "detail": "days is a whole number from 1 to 366"}
+    assert response.json() == {
+        "error": "bad days",
+        "detail": "days is a whole number from 1 to 366",
+    }
 
 
 def test_the_api_answers_only_a_logged_in_get(db):
@@ -306,7 +313,9 @@ def test_the_migration_counts_the_telemetry_tasks_reported_before_the_ledger(ops
     send(ops_agent, finished("t1", costUsd=0.1, tokens=5), when=DAY - timedelta(days=1))
     send(ops_agent, finished("t2", costUsd=0.2, steps=2))
     send(ops_agent, finished("t3", costUsd=0.3))
-    Task.objects.filter(task_id="t3").update(telemetry={"costUsd": -3, "steps": True, "tokens": "9"})
+    Task.objects.filter(task_id="t3").update(
+        telemetry={"costUsd": -3, "steps": True, "tokens": "9"}
+    )
     UsageDay.objects.all().delete()  # as before the ledger existed
 
     importlib.import_module("tasks.migrations.0018_usage").backfill(apps, None)
@@ -362,7 +371,7 @@ class Panel(HTMLParser):
             self._row.append("".join(self._text).strip())
             self._text = None
         elif tag == "tr" and self._row is not None:
-            if self._row and not self._row[0] in ("Agent", "Team"):
+            if self._row and self._row[0] not in ("Agent", "Team"):
                 self.rows[self._table].append(self._row)
             self._row = None
         elif tag == "table":
@@ -402,7 +411,9 @@ def test_the_overview_totals_per_agent_and_per_team(alice, ops_agent):
     send(ops_agent, finished("t1", costUsd=0.25, tokens=10, steps=1))
     send(other_ops, finished("t1", costUsd=0.5, tokens=20, steps=2))
     send(shared, finished("t1", costUsd=1.0, tokens=5))
-    send(make_agent(signing=True, team=Group.objects.create(name="hidden")), finished("x", costUsd=9))
+    send(
+        make_agent(signing=True, team=Group.objects.create(name="hidden")), finished("x", costUsd=9)
+    )
 
     panel = overview(alice)
 
