@@ -244,9 +244,10 @@ def report(user, days: int) -> dict:
 
 
 # The chart, in SVG user units (its viewBox); the page draws a unit as a pixel, up to its width.
+# A month's bars fill CHART_WIDTH; a week's are wider, up to a step of MAX_BAR_STEP.
 CHART_HEIGHT = 80
-BAR_STEP = 14
-BAR_WIDTH = 10
+CHART_WIDTH = 420
+MIN_BAR_STEP, MAX_BAR_STEP = 4, 60
 
 
 @dataclass
@@ -268,13 +269,14 @@ def panel(user, raw_days: str | None) -> dict:
         days = DEFAULT_DAYS
     found = usage(user, days)
     highest = max(t.cost_nanos for _, t in found.days)
+    step = min(max(CHART_WIDTH // days, MIN_BAR_STEP), MAX_BAR_STEP)
     bars = []
     for index, (day, totals) in enumerate(found.days):
         # A day that cost anything shows at least a sliver of a bar.
         height = (
             max(1, round(totals.cost_nanos * CHART_HEIGHT / highest)) if totals.cost_nanos else 0
         )
-        bars.append(Bar(day, totals, index * BAR_STEP, CHART_HEIGHT - height, height))
+        bars.append(Bar(day, totals, index * step, CHART_HEIGHT - height, height))
     return {
         "days": days,
         "ranges": RANGES,
@@ -284,7 +286,7 @@ def panel(user, raw_days: str | None) -> dict:
         "bars": bars,
         "first": found.days[0][0],
         "last": found.days[-1][0],
-        "width": len(bars) * BAR_STEP,
+        "width": len(bars) * step,
         "height": CHART_HEIGHT,
-        "bar_width": BAR_WIDTH,
+        "bar_width": max(step * 3 // 4, 1),
     }
