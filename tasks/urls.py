@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tasks import api, card_api, settings_page, views, webhooks
+from tasks import api, card_api, settings_page, usage_api, views, webhooks
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -52,5 +52,6 @@ urlpatterns = [
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
     path("api/waiting", api.waiting, name="api-waiting"),
+    path("api/usage", usage_api.usage_json, name="api-usage"),
     path("api/progress-card", card_api.progress_card, name="api-progress-card"),
 ]

@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, fragments, message_parts, states
+from tasks import activity, answers, board, fragments, message_parts, states, usage
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 from tasks.notify import seen
@@ -95,6 +95,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "waiting": waiting,
         "nothing_visible": not tiles and not waiting and not board.anything_visible(request.user),
     }
+    if not wall:  # the wall shows sessions only
+        context["usage"] = usage.panel(request.user, request.GET.get("usage"))
     return render(request, "tasks/wall.html" if context["wall"] else "tasks/overview.html", context)
 
 
