@@ -32,6 +32,7 @@ from tasks import activity, answers, board, fragments, message_parts, states, us
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 from tasks.notify import seen
+from tasks.numbers import whole_number
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -415,12 +416,12 @@ def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
 @api_login_required
 def start_session(request: HttpRequest) -> HttpResponse:
     """ "New session" on the monitoring screen: the first message to an agent."""
-    agent = request.POST.get("agent", "")
+    agent = whole_number(request.POST.get("agent", ""))
     try:
-        if not agent.isdigit():
+        if agent is None:
             raise answers.AnswerError("agent must be the id of an agent")
         composed = answers.parse_message(request.POST)
-        session = answers.start_session(request.user, int(agent), composed)
+        session = answers.start_session(request.user, agent, composed)
     except answers.AnswerError as error:
         if _wants_json(request) or isinstance(error, answers.NotFound):
             return _refused(request, error, 0)
