@@ -38,17 +38,25 @@ def last_push(agent: Agent):
 
 
 def _extensions(agent: Agent) -> list[dict]:
-    """Each URI the card declares, with its short name when it is the profile's, and whether
-    the agent echoed it as activated (None before it echoed anything)."""
+    """Each URI the card declares, with its short name when it is the profile's, and what
+    the agent's answers echo of it (`A2A-Extensions`, tasks/tiers.py)."""
     echoed = agent.activated_extensions
+    if agent.extensions_echoed_at is None:
+        unknown = "not known yet (Onlooker has not called it)"
+    else:
+        unknown = "not echoed (its answers name no extensions)"
     return [
         {
             "uri": uri,
             "name": tiers.SHORT_NAMES.get(uri, ""),
-            "activated": None if echoed is None else uri in echoed,
+            "echo": unknown if echoed is None else _echo(uri in echoed),
         }
         for uri in agent.extensions or []
     ]
+
+
+def _echo(activated: bool) -> str:
+    return "activated" if activated else "not activated"
 
 
 def _context(request: HttpRequest, agent: Agent) -> dict:

@@ -23,6 +23,7 @@ from a2a.server.tasks import (
 from a2a.types import AgentCard
 from django.contrib.auth.models import Group, User
 from django.test import Client
+from django.utils import timezone
 from starlette.applications import Starlette
 
 from tasks import agents, following
@@ -31,6 +32,7 @@ from tasks.models import Agent, Delivery, PushEndpoint, Session, Task
 from tests.builders import status
 from tests.conftest import make_agent, member, push
 from tests.peers import approval_agent
+from tests.peers.misbehaving_agent import Answer
 from tests.processes import free_port
 from tests.test_a2a_peer import onlooker, wait_for  # noqa: F401 - fixtures
 
@@ -50,7 +52,14 @@ def client_of(user: User) -> Client:
 def flash(response) -> str:
     """The page message a POST-redirect-GET left, read on the page it redirects to."""
     assert response.status_code == 302, response.content[:500]
-    return text(response.client.get(response["Location"]).content.decode())
+    page = response.client.get(response["Location"]).content.decode()
+    shown = re.search(r'<ul class="flash" role="status">(.*?)</ul>', page, re.S)
+    assert shown, "no page message"
+    return text(shown[1])
+
+
+def page_words(client: Client, agent: Agent) -> str:
+    return text(client.get(f"/agents/{agent.pk}/").content.decode())
 
 
 # -- a real a2a-sdk agent whose card can change -------------------------------------------------
@@ -194,6 +203,7 @@ def test_a_team_member_sees_the_agent_its_card_health_and_sessions(ops, client):
     agent = registered_agent.agent
     agent.extensions = [approval_agent.INTERACTIONS, "https://example.test/other/v1"]
     agent.activated_extensions = [approval_agent.INTERACTIONS]
+    agent.extensions_echoed_at = timezone.now()
     agent.description = "Deploys <b>things</b>"
     agent.skills = [{"name": "Deploy", "description": "Ships it", "tags": ["ops", "ci"]}]
     agent.last_error = "could not connect to the agent at http://agent.test/a2a/jsonrpc"
@@ -323,6 +333,57 @@ def test_the_session_page_and_the_tile_link_the_agent_name(ops, client):
     assert link in bob.get("/settings/").content.decode()
 
 
+# -- "what if this fails halfway", on a scriptable agent --------------------------------------
+
+
+@pytest.fixture
+def stub_agent(ops, agent_stub) -> Agent:
+    agent = make_agent(team=ops).agent
+    agent.rpc_url, agent.push_notifications = agent_stub.rpc_url, True
+    agent.save()
+    return agent
+
+
+def test_a_config_the_agent_did_not_take_leaves_no_endpoint(stub_agent, agent_stub, ops_approver):
+    agent_stub.answer(b"overloaded", status=500, content_type="text/plain")
+
+    words = flash(ops_approver.post(f"/agents/{stub_agent.pk}/follow/", {"task_id": "t-1"}))
+
+    assert "The agent did not take the push config: the agent answered HTTP 500" in words
+    assert not PushEndpoint.objects.filter(task_id="t-1").exists()
+    created = agent_stub.calls("CreateTaskPushNotificationConfig")
+    # It may have kept the config all the same: it is asked to drop it.
+    [deleted] = agent_stub.calls("DeleteTaskPushNotificationConfig")
+    assert deleted == {"taskId": "t-1", "id": created[0]["id"]}
+
+
+def test_a_task_that_cannot_be_fetched_after_the_config_is_still_followed(
+    stub_agent, agent_stub, ops_approver
+):
+    def choose(request) -> Answer:
+        method = request.json()["method"]
+        if method == "CreateTaskPushNotificationConfig":
+            return Answer(body={"jsonrpc": "2.0", "result": request.json()["params"]})
+        error = {"code": -32601, "message": "Method not found"}
+        if method == "GetTask":
+            error = {"code": -32603, "message": "<b>database</b> is down"}
+        return Answer(body={"jsonrpc": "2.0", "error": error})
+
+    agent_stub.answer_each(choose)
+
+    words = flash(ops_approver.post(f"/agents/{stub_agent.pk}/follow/", {"task_id": "t-2"}))
+
+    assert (
+        "Following task “t-2”; fetching it failed (the agent answered an error: database is down)"
+        in words
+    )
+    assert PushEndpoint.objects.filter(agent=stub_agent, task_id="t-2", active=True).exists()
+    # The agent cannot list its configs: Onlooker's own record refuses a second follower.
+    again = flash(ops_approver.post(f"/agents/{stub_agent.pk}/follow/", {"task_id": "t-2"}))
+    assert again == "Onlooker already follows task “t-2”."
+    assert len(agent_stub.calls("CreateTaskPushNotificationConfig")) == 1
+
+
 # -- against a real a2a-sdk agent ---------------------------------------------------------------
 
 
@@ -340,7 +401,10 @@ def test_refresh_rereads_a_changed_card_and_pulls_a_tasks_new_state(sdk_agent, o
     assert "Refreshed: card re-read, 1 task listed, 1 fetched, 1 applied" in words
     agent.refresh_from_db()
     assert (agent.card_name, agent.description) == ("Renamed peer", "Now also writes changelogs")
-    assert "Its card calls it Renamed peer" in words and "Now also writes changelogs" in words
+    shown = page_words(approver, agent)
+    assert "Its card calls it Renamed peer" in shown and "Now also writes changelogs" in shown
+    # a2a-sdk echoes no A2A-Extensions header: the tier is what its card declares.
+    assert "interactions/v1 (interactions) · not echoed (its answers name no extensions)" in shown
     assert Task.objects.get(task_id=task["id"]).state == "TASK_STATE_AUTH_REQUIRED"
 
     sdk_agent.approve(task)
@@ -359,8 +423,8 @@ def test_refresh_says_what_failed_when_the_agent_is_down(sdk_agent, ops, approve
 
     words = flash(approver.post(f"/agents/{agent.pk}/refresh/"))
 
-    assert "Refresh failed" in words and "could not" in words
-    assert "Last error calling it" in words
+    assert words.startswith("Refresh failed: could not connect to the agent at http://127.0.0.1")
+    assert "Last error calling it could not reach" in page_words(approver, agent)
 
 
 @pytest.mark.django_db(transaction=True)
