@@ -63,7 +63,6 @@ def refresh(agent: Agent) -> Outcome:
     """Read the agent's card again and fetch every task it changed since Onlooker last heard
     (`sync.sync_agent`, exactly what `sync_agents` does for it)."""
     report = sync.sync_agent(agent)
-    card = "card not read" if agent.last_error else "card re-read"
     counts = (
         f"{report.listed} task{'s' if report.listed != 1 else ''} listed, "
         f"{report.fetched} fetched, {report.applied} applied"
@@ -73,9 +72,9 @@ def refresh(agent: Agent) -> Outcome:
     if report.skipped:
         counts += f", {len(report.skipped)} not synced (first: {report.skipped[0]})"
     notes = "".join(f" {warning[:1].upper()}{warning[1:]}." for warning in report.warnings)
-    if report.errors:
+    if report.errors:  # the card unread is one of these
         return Outcome(False, _said(f"Refresh failed: {report.errors[-1]}. {counts}.{notes}"))
-    return Outcome(not report.skipped, _said(f"Refreshed: {card}, {counts}.{notes}"))
+    return Outcome(not report.skipped, _said(f"Refreshed: card re-read, {counts}.{notes}"))
 
 
 # --- Follow this task ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from django.test import Client
 from django.utils import timezone
 from starlette.applications import Starlette
 
-from tasks import agents, following
+from tasks import a2a_client, agents, following
 from tasks.answers import AnswerError
 from tasks.models import Agent, Delivery, PushEndpoint, Session, Task
 from tests.builders import status
@@ -512,3 +512,26 @@ def test_card_text_with_markup_is_shown_as_text(sdk_agent, ops, approvers):
     assert "alert(1) Peer" in html  # the name, tags dropped
     assert "Plain &amp; simple" in html
     assert "\u202e" not in html
+
+
+def test_a_cards_skills_are_kept_as_bounded_plain_text():
+    interface = {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    card = {
+        "name": "a",
+        "supportedInterfaces": [interface],
+        "description": "x" * 100_000,
+        "skills": [
+            1,
+            {"id": "only-id", "tags": "not a list"},
+            {"name": "<b>Bold</b>", "description": ["no"], "tags": ["t\x1b[31m", 5, "y" * 500]},
+            *({"name": f"s{i}"} for i in range(200)),
+        ],
+    }
+    parsed = a2a_client.parse_card(card, "http://a.test/card.json")
+    assert len(parsed.description) == a2a_client.MAX_DESCRIPTION
+    assert parsed.skills[0] == {"name": "only-id", "description": "", "tags": []}
+    assert parsed.skills[1] == {"name": "Bold", "description": "", "tags": ["t", "y" * 59 + "…"]}
+    assert len(parsed.skills) == a2a_client.MAX_SKILLS - 1  # the first entry was no skill
+    for hostile in ({"skills": "x"}, {"skills": None}, {"description": 5}):
+        parsed = a2a_client.parse_card({**card, **hostile}, "http://a.test/card.json")
+        assert isinstance(parsed.skills, list) and isinstance(parsed.description, str)
