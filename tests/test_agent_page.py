@@ -22,11 +22,13 @@ from a2a.server.tasks import (
 )
 from a2a.types import AgentCard
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from starlette.applications import Starlette
 
-from tasks import a2a_client, agents, following
+from tasks import a2a_client, agents, following, fragments
 from tasks.answers import AnswerError
 from tasks.models import Agent, Delivery, PushEndpoint, Session, Task
 from tests.builders import status
@@ -535,3 +537,23 @@ def test_a_cards_skills_are_kept_as_bounded_plain_text():
     for hostile in ({"skills": "x"}, {"skills": None}, {"description": 5}):
         parsed = a2a_client.parse_card({**card, **hostile}, "http://a.test/card.json")
         assert isinstance(parsed.skills, list) and isinstance(parsed.description, str)
+
+
+def test_the_page_costs_the_same_queries_for_3_or_30_sessions(ops, django_assert_max_num_queries):
+    agent = make_agent(team=ops).agent
+    bob = client_of(member("bob", ops))
+
+    def add_sessions(count: int) -> None:
+        for _ in range(count):
+            session = Session.objects.create(
+                agent=agent, context_id=uuid.uuid4().hex, updated_at=timezone.now()
+            )
+            fragments.store(session)
+
+    add_sessions(3)
+    with CaptureQueriesContext(connection) as few:
+        assert bob.get(f"/agents/{agent.pk}/").status_code == 200
+    add_sessions(27)
+    with django_assert_max_num_queries(len(few)):
+        page = bob.get(f"/agents/{agent.pk}/").content.decode()
+    assert page.count('href="/sessions/') >= 30
