@@ -182,6 +182,8 @@ def _apply(
         if session.agent_id == appliers[-1].agent.pk:
             session.agent = appliers[-1].agent
         changed[session_id] = (session, teams[session_id])
+    if not alone:
+        locked.timeline.write()  # the whole batch's entries, in one INSERT
     return changed
 
 
@@ -196,6 +198,7 @@ def _apply_alone(
             applied = ingest.apply_delivery(delivery, event, locked)
             if applied.session is not None:
                 ingest.derive([applied])
+            locked.timeline.write()
     except OperationalError as error:
         locked.forget()
         if changes.held(error):

@@ -294,7 +294,9 @@ class Delivery(models.Model):
         indexes = [
             # The applier's queue: only pending rows are indexed, so it stays small however
             # many applied deliveries are kept.
-            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries")
+            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries"),
+            # A task's deliveries, newest first: the raw view (tasks/deliveries_page.py).
+            models.Index(fields=["agent", "task_id", "id"], name="delivery_task_order"),
         ]
 
     def __str__(self) -> str:
@@ -929,3 +931,4 @@ class Card(models.Model):
 
 # The notification models live beside their code; importing them here registers them.
 from tasks.notify.models import Notification, NotificationChannel  # noqa: E402, F401
+from tasks.timeline_models import TimelineEntry  # noqa: E402, F401
