@@ -152,7 +152,7 @@ class Locked:
         self.tasks: dict[tuple[int, str], Task] = {}
         self._held: set[tuple[int, str]] = set()
         self.forgot = False
-        # The batch's timeline entries, inserted together once it is applied (`write_timeline`).
+        # The batch's timeline entries, inserted together once it is applied (applier.py).
         self.timeline = timeline.Pending()
         # Tasks created here that have had no status yet: their first one is a state entry
         # even when it repeats the state they were created in.
