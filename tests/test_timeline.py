@@ -19,6 +19,8 @@ from tasks.timeline_models import TimelineEntry
 from tests.builders import artifact, progress, status
 from tests.conftest import make_agent, member, push
 from tests.test_answers import answer, waiting_interaction
+from tests.test_card_writers import both_ways, write  # noqa: F401 - a fixture
+from tests.test_dismiss import asking, dismiss, forgets
 
 pytestmark = pytest.mark.django_db
 
@@ -191,6 +193,35 @@ def test_an_answer_says_who_decided_what_and_when(agent_stub, ops, approvers, re
     ]
     # The task still waits (the agent has not gone on): its state is ongoing since it asked.
     assert of_kind(data, "state")[-1]["durationSeconds"] == 50.0
+
+
+def test_a_dismissed_question_says_who_dismissed_it_and_why(
+    team_agent, agent_stub, ops, approvers, reader
+):
+    with time_machine.travel(at(0), tick=False):
+        interaction = asking(team_agent)
+    forgets(agent_stub)
+    client = Client()
+    client.force_login(member("bob", ops, approvers))
+    with time_machine.travel(at(7), tick=False):
+        assert dismiss(client, interaction)[0] == 200
+
+    entries = of_kind(detail(reader, interaction.task.session, 8), "answer")
+
+    assert [(e["at"], e["by"], e["answer"], e["dismissed"]) for e in entries] == [
+        (iso(7), "bob", "dismissed: the agent no longer knew this task", True)
+    ]
+
+
+def test_a_card_api_write_is_a_card_revision_entry(both_ways, reader):  # noqa: F811
+    pushed(both_ways, status("WORKING", at=1), 0)
+    with time_machine.travel(at(3), tick=False):
+        written = write(Client(), both_ways, {"markdown": "Half way"})
+
+    cards = of_kind(detail(reader, Session.objects.get(), 4), "card")
+
+    assert (cards[-1]["revision"], cards[-1]["at"]) == (written["revision"], iso(3))
+    assert len(cards) == written["revision"]  # one entry per revision, none missing
 
 
 def test_a_timeline_longer_than_the_limit_gives_the_newest_and_says_so(
