@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks import a2a_client, agents, changes, ingest, message_parts, profile, protocol
+from tasks import a2a_client, agents, changes, ingest, message_parts, profile, protocol, timeline
 from tasks.models import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -347,6 +347,7 @@ def _record(interaction: Interaction, claim: _Claim) -> Interaction:
     with _changing(interaction):
         if Interaction.objects.record_answered(claim.bound, at=now):
             outbox.resolved([(interaction.pk, claim.bound.round)], at=now)
+            timeline.answered(claim.bound, at=now)
     return Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
 
 
@@ -408,6 +409,7 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
         why = after.dismissed_because
         if dismissed:
             outbox.resolved([(interaction.pk, current.round)], at=now)
+            timeline.dismissed(current, user, at=now, because=why)
             Message.objects.create(
                 session_id=task.session_id,
                 task=task,

@@ -15,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from tasks import activity, answers
+from tasks import activity, answers, timeline
 from tasks.cards import strip_invisible
 from tasks.models import Artifact, Interaction, Session, TaskState
 
@@ -131,6 +131,10 @@ def session_detail(request: HttpRequest, session_id: int) -> JsonResponse:
         {"role": m.role, "text": m.text, "at": m.at, "parts": _parts(session, m.pk, m.parts)}
         for m in session.messages.defer("files")
     ]
+    # What happened, in time order (tasks/timeline.py): the newest timeline.LIMIT entries.
+    history = timeline.of_session(session)
+    data["timeline"] = history.as_json()
+    data["timelineTruncated"] = history.truncated
     return JsonResponse(data)
 
 

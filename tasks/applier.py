@@ -184,6 +184,8 @@ def _apply(
         if session.agent_id == appliers[-1].agent.pk:
             session.agent = appliers[-1].agent
         changed[session_id] = (session, teams[session_id])
+    if not alone:
+        locked.timeline.write()  # the whole batch's entries, in one INSERT
     return changed
 
 
@@ -199,6 +201,7 @@ def _apply_alone(
             usage.record([applied.grown])  # in its savepoint: rolled back with it
             if applied.session is not None:
                 ingest.derive([applied])
+            locked.timeline.write()
     except OperationalError as error:
         locked.forget()
         if changes.held(error):

@@ -9,7 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from tasks import cards, changes, ingest, json_safety
+from tasks import cards, changes, ingest, json_safety, timeline
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
 from tasks.numbers import whole_number
@@ -101,6 +101,7 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
         if card is not None:
             # The transcript's one writer of the agent side keeps the receipt.
             ingest.card_receipt(session, card, at=now)
+            timeline.card_written(session, card)
             session.updated_at = now
             session.save(update_fields=["updated_at"])
             changes.publish(session, team_id=agent.team_id)

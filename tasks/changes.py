@@ -17,6 +17,7 @@ from datetime import datetime
 from django.db import OperationalError
 
 from tasks import cards, fragments, prepared
+from tasks import timeline as history
 from tasks.models import Agent, Session
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
@@ -50,9 +51,15 @@ def lock_all(session_ids: set[int], *, skip_locked: bool = False) -> list[Sessio
     return list(sessions.filter(pk__in=session_ids).order_by("pk"))
 
 
-def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Written:
+def derive(
+    session: Session,
+    *,
+    updated_at: datetime | None = None,
+    timeline: history.Pending | None = None,
+) -> cards.Written:
     """The session's state, whether it needs a person, its title and its card, from what is
-    stored under it now. Call under its lock, after the change."""
+    stored under it now. Call under its lock, after the change. A new card revision is a
+    timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now."""
     tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
     waiting = session.derive_state(tasks)
     fields = ("state", "needs_human", "title")
@@ -60,7 +67,13 @@ def derive(session: Session, *, updated_at: datetime | None = None) -> cards.Wri
         session.updated_at = updated_at
         fields += ("updated_at",)
     prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
-    return cards.from_session(session, tasks, question=waiting)
+    written = cards.from_session(session, tasks, question=waiting)
+    if written.changed:
+        if timeline is not None:
+            timeline.card(session, written.card)
+        else:
+            history.card_written(session, written.card)
+    return written
 
 
 def publish(session: Session, *, team_id: int | None) -> None:

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import cards, changes, json_safety, message_parts, profile, usage
+from tasks import cards, changes, json_safety, message_parts, profile, timeline, usage
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -152,6 +152,11 @@ class Locked:
         self.tasks: dict[tuple[int, str], Task] = {}
         self._held: set[tuple[int, str]] = set()
         self.forgot = False
+        # The batch's timeline entries, inserted together once it is applied (applier.py).
+        self.timeline = timeline.Pending()
+        # Tasks created here that have had no status yet: their first one is a state entry
+        # even when it repeats the state they were created in.
+        self.fresh: set[int] = set()
 
     def preload(self, deliveries: list[Delivery]) -> None:
         """Lock and load, in three queries, the sessions and tasks these deliveries go to
@@ -189,6 +194,7 @@ class Locked:
         the database, so they are read again (the row locks stay: the transaction goes on)."""
         self.sessions.clear()
         self.tasks.clear()
+        self.timeline.drop()
         self.forgot = True
 
     def session(self, session_id: int) -> Session:
@@ -254,7 +260,9 @@ def derive(appliers: list[_Applier]) -> None:
     noted = [a for a in appliers if a.note is not None]
     for applier in noted[:-1]:
         applier.keep_note_as_said()
-    written = changes.derive(session, updated_at=appliers[-1].now)
+    written = changes.derive(
+        session, updated_at=appliers[-1].now, timeline=appliers[-1].locked.timeline
+    )
     receipt_by = (
         noted[-1]
         if noted
@@ -300,6 +308,7 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
             usage.record([applied.grown])
             if applied.session is not None:
                 derive([applied])
+                applied.locked.timeline.write()
                 changes.publish(applied.session, team_id=agent.team_id)
     except IntegrityError:
         duplicate = _duplicate(agent.pk, key)
@@ -370,7 +379,7 @@ class _Applier:
                 self.session = self.locked.session(session_id)
             else:
                 self.session = self.locked.open_session(self.agent, context_id, self.now)
-            task, _ = Task.objects.get_or_create(
+            task, created = Task.objects.get_or_create(
                 agent=self.agent,
                 task_id=task_id,
                 defaults={
@@ -379,6 +388,8 @@ class _Applier:
                     "status_received_at": self.now,
                 },
             )
+            if created:
+                self.locked.fresh.add(task.pk)
             if task.session_id != self.session.pk:
                 # Created meanwhile under another context: its own session is the one to lock.
                 self.session = self.locked.session(task.session_id)
@@ -474,6 +485,11 @@ class _Applier:
                 reported = profile.read_telemetry(telemetry, self.warnings)
                 self.grown.add(task.agent_id, self.now, task.telemetry, reported)
                 task.telemetry = reported
+            if status.state != task.state or task.pk in self.locked.fresh:
+                self.locked.fresh.discard(task.pk)
+                self.locked.timeline.state(
+                    task, status.state, at=self.now, agent_timestamp=status.timestamp
+                )
             task.state = status.state
             task.status_timestamp = status.timestamp or task.status_timestamp
             task.status_received_at = self.now
@@ -655,7 +671,7 @@ class _Applier:
         self, task: Task, artifact: p.Artifact, parts: list[dict], files, *, complete: bool = True
     ) -> None:
         last = task.artifacts.filter(artifact_id=artifact.artifact_id).aggregate(n=Max("sequence"))
-        Artifact.objects.create(
+        artifact = Artifact.objects.create(
             task=task,
             artifact_id=artifact.artifact_id,
             sequence=(last["n"] or 0) + 1,
@@ -667,6 +683,7 @@ class _Applier:
             markdown_html=cards.artifact_html(parts, files),
             received_at=self.now,
         )
+        self.locked.timeline.artifact(artifact)
 
     def _snapshot_artifact(self, task: Task, artifact: p.Artifact) -> None:
         """A task snapshot repeats artifacts already seen: only new content is a new version."""

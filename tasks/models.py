@@ -317,6 +317,8 @@ class Delivery(models.Model):
             models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries"),
             # The agent page's "last push received": one index step, however many it has.
             models.Index(fields=["agent", "received_at"], name="agent_received"),
+            # A task's deliveries, newest first: the raw view (tasks/deliveries_page.py).
+            models.Index(fields=["agent", "task_id", "id"], name="delivery_task_order"),
         ]
 
     def __str__(self) -> str:
@@ -970,3 +972,4 @@ class UsageDay(models.Model):
 
 # The notification models live beside their code; importing them here registers them.
 from tasks.notify.models import Notification, NotificationChannel  # noqa: E402, F401
+from tasks.timeline_models import TimelineEntry  # noqa: E402, F401

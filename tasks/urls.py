@@ -1,6 +1,15 @@
 from django.urls import path
 
-from tasks import agent_page, api, card_api, settings_page, usage_api, views, webhooks
+from tasks import (
+    agent_page,
+    api,
+    card_api,
+    deliveries_page,
+    settings_page,
+    usage_api,
+    views,
+    webhooks,
+)
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -31,6 +40,11 @@ urlpatterns = [
         "sessions/<int:session_id>/artifacts/<int:artifact_id>/parts/<int:index>/download/",
         views.artifact_download,
         name="session-artifact-download",
+    ),
+    path(
+        "sessions/<int:session_id>/tasks/<int:task_pk>/deliveries/",
+        deliveries_page.task_deliveries,
+        name="task-deliveries",
     ),
     path("live/board/", views.live_board, name="live-board"),
     path("sessions/<int:session_id>/messages/", views.send_message, name="session-message"),

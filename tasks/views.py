@@ -28,7 +28,16 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, fragments, message_parts, states, usage
+from tasks import (
+    activity,
+    answers,
+    board,
+    fragments,
+    message_parts,
+    states,
+    timeline,
+    usage,
+)
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 from tasks.notify import seen
@@ -189,6 +198,8 @@ def _activity(session: Session, query) -> dict:
         "working_task": _running(session),
         "queued_tasks": _queued(session),
         "reply_task": answers.waiting_task(session),
+        # Refetched with the rest of the activity whenever the session changes: it is live.
+        "timeline": timeline.of_session(session),
     }
 
 

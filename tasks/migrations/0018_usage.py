@@ -66,7 +66,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0015_notification_channels'),
+        ('tasks', '0017_timeline'),
     ]
 
     operations = [
