@@ -15,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from tasks import activity, answers, board, listing
+from tasks import activity, answers, board, listing, search
 from tasks.cards import strip_invisible
 from tasks.models import Artifact, Interaction, Session
 
@@ -95,14 +95,10 @@ def sessions(request: HttpRequest) -> JsonResponse:
 
 
 def _search(found, text: str, offset: int, limit: int) -> JsonResponse:
-    from tasks import search
-
     try:
-        hits = search.find(found, text, offset=offset, limit=limit + 1)
+        hits, following = listing.search_page(found, text, offset, limit)
     except search.BadQuery as error:
-        return _error(400, "bad query", str(error) or "q holds no word to search for")
-    following = listing.search_cursor(text, offset + limit) if len(hits) > limit else None
-    hits = hits[:limit]
+        return _error(400, "bad query", str(error))
     loaded = Session.objects.select_related("agent", "card").in_bulk([h.session_id for h in hits])
     shown = []
     for hit in hits:

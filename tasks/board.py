@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from tasks import activity, fragments, listing
+from tasks import activity, fragments, listing, search
 from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, TaskState
 from tasks.notify import seen
 
@@ -242,16 +242,12 @@ class Results:
     next: str | None
 
 
-def search(user, filters: Filters, offset: int = 0, limit: int = SEARCH_PAGE) -> Results:
+def results(user, filters: Filters, offset: int = 0, limit: int = SEARCH_PAGE) -> Results:
     """One page of the search `filters.q` over the sessions the user may see that the other
     filters let through, archived ones included: best first, newest first on ties. Raises
-    tasks.search.BadQuery when the text holds no word to search for."""
-    from tasks import search as engine
-
+    search.BadQuery when the text holds no word to search for."""
     sessions = filters.apply(Session.objects.visible_to(user))
-    hits = engine.find(sessions, filters.q, offset=offset, limit=limit + 1)
-    following = listing.search_cursor(filters.q, offset + limit) if len(hits) > limit else None
-    hits = hits[:limit]
+    hits, following = listing.search_page(sessions, filters.q, offset, limit)
     loaded = Session.objects.select_related("agent", "card").in_bulk([h.session_id for h in hits])
     found = [
         Result(
@@ -262,7 +258,7 @@ def search(user, filters: Filters, offset: int = 0, limit: int = SEARCH_PAGE) ->
         for hit in hits
         if hit.session_id in loaded
     ]
-    return Results(found, engine.count(sessions, filters.q), following)
+    return Results(found, search.count(sessions, filters.q), following)
 
 
 WAITING_LIMIT = 20

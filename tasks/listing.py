@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from tasks import search
 from tasks.models import TERMINAL_STATES, Session
 
 SORTS = {
@@ -34,7 +35,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")
 _MAX_ID = 2**63 - 1
-MAX_OFFSET = 100_000  # deep enough for any person; a script narrows with filters instead
+# A search ranks at most this many sessions (tasks/search.py): no page starts beyond.
+MAX_OFFSET = search.SESSION_CAP + search.MESSAGE_CAP
 
 
 class BadCursor(ValueError):
@@ -102,6 +104,20 @@ def read_cursor(text: str, sort: str) -> Position:
     except OverflowError:
         raise BadCursor("before is not a cursor this list gave") from None
     return Position(bool(needs), updated_at, last)
+
+
+def search_page(
+    sessions: QuerySet[Session], text: str, offset: int, limit: int
+) -> tuple[list[search.Hit], str | None]:
+    """One page of the search for `text` among `sessions`, best first, and the cursor of the
+    next page (None on the last). Raises search.BadQuery when `text` holds no word."""
+    hits = search.find(sessions, text, offset=offset, limit=min(limit + 1, search.MAX_LIMIT))
+    more = len(hits) > limit
+    if not more and len(hits) == limit and limit + 1 > search.MAX_LIMIT:
+        # The engine's largest page left no room for the row that tells: ask for it alone.
+        more = bool(search.find(sessions, text, offset=offset + limit, limit=1))
+    more = more and offset + limit < MAX_OFFSET
+    return hits[:limit], search_cursor(text, offset + limit) if more else None
 
 
 def search_cursor(text: str, offset: int) -> str:

@@ -29,7 +29,16 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks import activity, answers, board, fragments, listing, message_parts, states
+from tasks import (
+    activity,
+    answers,
+    board,
+    fragments,
+    listing,
+    message_parts,
+    search,
+    states,
+)
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 from tasks.notify import seen
@@ -132,12 +141,10 @@ def _search_page(user, filters: board.Filters, before: str | None, problems: lis
             offset = listing.read_search_cursor(before, filters.q)
         except listing.BadCursor as error:
             problems.append(f"{error}; showing the best matches.")
-    from tasks.search import BadQuery
-
     try:
-        results = board.search(user, filters, offset)
-    except BadQuery as error:
-        problems.append(str(error) or "The search holds no word to look for.")
+        results = board.results(user, filters, offset)
+    except search.BadQuery as error:
+        problems.append(f"Nothing was searched: {error}.")
         return {"results": board.Results([], 0, None)}
     return {
         "results": results,

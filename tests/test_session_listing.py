@@ -385,3 +385,127 @@ def test_a_page_opens_with_a_message_whatever_its_parameters(client, alice, team
     assert 'class="flash filters-problems"' in page
     assert len(tile_ids(page)) == 1  # the newest page, the nonsense left out
     assert client.get(f"/live/board/?tiles=1&{query}").status_code == 200
+
+
+# -- search -------------------------------------------------------------------------------------
+
+
+def asked(client, registered, text, *, context, moment=NOW):
+    """A task whose history holds the person's request: the session's title."""
+    user = {"messageId": f"u-{context}", "role": "ROLE_USER", "parts": [{"text": text}]}
+    body = {
+        "id": f"task-{context}",
+        "contextId": context,
+        "status": {"state": "TASK_STATE_WORKING"},
+        "history": [user],
+    }
+    send_at(client, registered, moment, {"task": body})
+
+
+def said(client, registered, text, *, context, moment):
+    """A line the agent says: the session's transcript."""
+    body = {"messageId": f"m-{context}", "role": "ROLE_AGENT", "contextId": context}
+    send_at(client, registered, moment, {"message": {**body, "parts": [{"text": text}]}})
+
+
+@pytest.fixture
+def searchable(client, team):
+    """Two sessions titled alike (an equal rank: the newer first), one that only says the
+    word in its transcript (newest, ranked below a title), one without it."""
+    asked(client, team, "Rotate the gateway certificates", context="older", moment=NOW)
+    asked(client, team, "Rotate the gateway certificates", context="newer", moment=NOW + DAY)
+    said(client, team, "the gateway is down again", context="chatter", moment=NOW + 2 * DAY)
+    asked(client, team, "Clean up old builds", context="other", moment=NOW + 3 * DAY)
+    return {s.context_id: s.pk for s in Session.objects.all()}
+
+
+def test_the_api_searches_best_first_with_the_words_it_found(client, alice, searchable):
+    client.force_login(alice)
+    data = client.get("/api/sessions?q=gateway").json()
+    assert [s["contextId"] for s in data["sessions"]] == ["newer", "older", "chatter"]
+    assert data["next"] is None
+    newer, _, chatter = data["sessions"]
+    assert newer["match"]["field"] == "title"
+    text, [[start, end]] = newer["match"]["text"], newer["match"]["highlights"]
+    assert text[start:end].lower() == "gateway"
+    assert chatter["match"]["field"] == "transcript"
+    assert {"id", "agent", "title", "state", "updatedAt", "card"} <= set(newer)
+
+
+def test_search_pages_lead_to_the_last_one_and_keep_the_filters(client, alice, team, searchable):
+    client.force_login(alice)
+    whole = ids_of(client, "/api/sessions?q=gateway")
+    assert [i for page in walk(client, "/api/sessions?q=gateway", 1) for i in page] == whole
+    assert [i for page in walk(client, "/api/sessions?q=gateway", 2) for i in page] == whole
+    narrowed = ids_of(client, "/api/sessions?q=gateway&from=2026-12-01")
+    assert narrowed == [searchable["newer"], searchable["chatter"]]
+    cursor = client.get("/api/sessions?q=gateway&limit=1").json()["next"]
+    other = client.get(f"/api/sessions?q=builds&before={cursor}")
+    assert other.status_code == 400 and "another search" in other.json()["detail"]
+    listed = client.get(f"/api/sessions?before={cursor}")
+    assert listed.status_code == 400
+
+
+@pytest.mark.parametrize("text", ["%ED%A0%80", "...", "%E2%80%8B"])
+def test_a_search_without_words_is_a_400(client, alice, searchable, text):
+    client.force_login(alice)
+    response = client.get(f"/api/sessions?q={text}")
+    assert response.status_code == 400 and response.json()["error"] == "bad query"
+    page = client.get(f"/?q={text}")
+    assert page.status_code == 200 and "Nothing was searched" in page.content.decode()
+
+
+@time_machine.travel(NOW, tick=False)
+def test_search_finds_archived_sessions(client, alice, team, archived_and_live):
+    said(client, team, "the quarterly report", context="archived", moment=NOW - 10 * DAY)
+    client.force_login(alice)
+    assert ids_of(client, "/api/sessions?q=quarterly") == [archived_and_live["archived"]]
+    page = client.get("/?q=quarterly").content.decode()
+    assert f'data-result-session="{archived_and_live["archived"]}"' in page
+
+
+def test_the_screen_shows_results_marked_and_escaped(client, alice, team, searchable):
+    asked(client, team, "<script>alert(1)</script> gateway <b>bold</b>", context="evil")
+    client.force_login(alice)
+    page = client.get("/?q=gateway").content.decode()
+    results = [int(i) for i in re.findall(r'data-result-session="(\d+)"', page)]
+    # Titles before the transcript, equal titles newest first.
+    assert results[-1] == searchable["chatter"]
+    assert results.index(searchable["newer"]) < results.index(searchable["older"])
+    assert "<script>alert" not in page and "<b>bold" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; <mark>gateway</mark> &lt;b&gt;bold" in page
+    assert "Rotate the <mark>gateway</mark> certificates" in page
+    assert "4 sessions match “gateway”" in page
+    assert "data-tiles" not in page and "data-waiting" not in page  # not replaced when live
+    assert older_link(page) is None
+
+
+def test_the_screen_pages_through_search_results_within_its_bound(client, alice, team):
+    """More matches than a page shows: the transcript lines are stored as a restored database
+    holds them (the index follows the rows)."""
+    from tasks.models import Message
+
+    said(client, team, "the gateway, once", context="pushed", moment=NOW)
+    sessions = Session.objects.bulk_create(
+        Session(agent=team.agent, context_id=f"s-{i}", updated_at=NOW - timedelta(minutes=i))
+        for i in range(board.SEARCH_PAGE + 5)
+    )
+    Message.objects.bulk_create(
+        Message(session=s, role="ROLE_AGENT", text=f"gateway line {i}", at=NOW)
+        for i, s in enumerate(sessions)
+    )
+    client.force_login(alice)
+    url, pages = "/?q=gateway", []
+    while url:
+        page = client.get(url).content.decode()
+        pages.append([int(i) for i in re.findall(r'data-result-session="(\d+)"', page)])
+        assert len(pages[-1]) <= board.SEARCH_PAGE
+        url = older_link(page)
+        assert len(pages) < 5
+    shown = [i for p in pages for i in p]
+    assert [len(p) for p in pages] == [board.SEARCH_PAGE, 6]
+    assert sorted(shown) == sorted(Session.objects.values_list("pk", flat=True))
+    assert (
+        "51–56"
+        in client.get(older_link(client.get("/?q=gateway").content.decode())).content.decode()
+    )
