@@ -7,6 +7,8 @@ with a 400 (API) or a message (pages), never a 500."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -18,6 +20,7 @@ from tasks import board
 from tasks.models import Session, TaskState
 from tests.builders import approval, status
 from tests.conftest import NOW, make_agent, push
+from tests.processes import ROOT, clean_environment
 
 DAY = timedelta(days=1)
 
@@ -509,3 +512,22 @@ def test_the_screen_pages_through_search_results_within_its_bound(client, alice,
         "51–56"
         in client.get(older_link(client.get("/?q=gateway").content.decode())).content.decode()
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("0", "at least 1"), ("100000", "at most 36500"), ("seven", "whole number")],
+)
+def test_an_archive_age_that_means_nothing_stops_the_start(tmp_path, value, said):
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=clean_environment(ONLOOKER_DATA_DIR=str(tmp_path), ONLOOKER_ARCHIVE_AFTER_DAYS=value),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("django.core.exceptions.ImproperlyConfigured: ")
+    assert "ONLOOKER_ARCHIVE_AFTER_DAYS" in last_line and said in last_line
