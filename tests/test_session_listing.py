@@ -531,3 +531,32 @@ def test_an_archive_age_that_means_nothing_stops_the_start(tmp_path, value, said
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("django.core.exceptions.ImproperlyConfigured: ")
     assert "ONLOOKER_ARCHIVE_AFTER_DAYS" in last_line and said in last_line
+
+
+def test_search_and_filtered_pages_cost_the_same_queries_however_many_match(client, alice, team):
+    from tasks.models import Message
+
+    client.force_login(alice)
+    said(client, team, "the gateway, once", context="pushed", moment=NOW)
+
+    def queries_for(count: int) -> list[int]:
+        sessions = Session.objects.bulk_create(
+            Session(
+                agent=team.agent,
+                context_id=f"{count}-{i}",
+                state=TaskState.COMPLETED,
+                updated_at=NOW - timedelta(minutes=i),
+            )
+            for i in range(count)
+        )
+        Message.objects.bulk_create(
+            Message(session=s, role="ROLE_AGENT", text="gateway", at=NOW) for s in sessions
+        )
+        spent = []
+        for url in ("/?q=gateway", "/?finished=1&from=2026-11-01", "/api/sessions?q=gateway"):
+            with CaptureQueriesContext(connection) as captured:
+                assert client.get(url).status_code == 200
+            spent.append(len(captured))
+        return spent
+
+    assert queries_for(2) == queries_for(40)
