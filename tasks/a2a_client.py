@@ -48,6 +48,9 @@ MAX_PAGES = 100  # iter_tasks stops an agent that pages forever
 MAX_AGENT_TEXT = 200  # characters of an agent's own words (an error, a header) shown to people
 # What the Agent model stores; a longer name is shortened, a longer URL or version refused.
 MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
+# What is kept of a card's own words for the agent page: longer text is cut, further skills
+# and tags are left out (a card is the agent's to write, and any size).
+MAX_DESCRIPTION, MAX_SKILLS, MAX_TAGS, MAX_TAG = 2_000, 50, 10, 60
 
 
 class A2AError(Exception):
@@ -90,6 +93,9 @@ class AgentCard:
     protocol_version: str
     extensions: list[str]
     push_notifications: bool
+    # The card's own words, made plain (`plain_text`) and bounded: shown, never interpreted.
+    description: str = ""
+    skills: list[dict] = field(default_factory=list)  # {"name", "description", "tags"}
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,29 @@ def parse_card(card: object, card_url: str) -> AgentCard:
         protocol_version=interface["protocolVersion"],
         extensions=extensions,
         push_notifications=capabilities.get("pushNotifications") is True,
+        description=plain_text(card.get("description"), MAX_DESCRIPTION),
+        skills=_skills(card.get("skills")),
     )
+
+
+def _skills(skills: object) -> list[dict]:
+    """The card's skills as the agent page shows them: name, description and tags, plain
+    text; one without a name or description is left out."""
+    if not isinstance(skills, list):
+        return []
+    shown = []
+    for skill in skills[:MAX_SKILLS]:
+        if not isinstance(skill, dict):
+            continue
+        name = plain_text(skill.get("name"), MAX_NAME) or plain_text(skill.get("id"), MAX_NAME)
+        description = plain_text(skill.get("description"), MAX_DESCRIPTION)
+        tags = skill.get("tags") if isinstance(skill.get("tags"), list) else []
+        words = [plain_text(tag, MAX_TAG) for tag in tags[:MAX_TAGS]]
+        if name or description:
+            shown.append(
+                {"name": name, "description": description, "tags": [t for t in words if t]}
+            )
+    return shown
 
 
 def _jsonrpc_1x(interfaces: object) -> dict | None:
@@ -416,6 +444,16 @@ def create_task_push_notification_config(
     if not isinstance(result, dict):
         raise _not_a2a("CreateTaskPushNotificationConfig")
     return result
+
+
+def list_task_push_notification_configs(agent: AgentAddress, task_id: str) -> list[dict]:
+    """The push configs the agent keeps for a task (agents echo their secrets: do not log
+    or show them)."""
+    result = _call(agent, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    configs = result.get("configs", []) if isinstance(result, dict) else None
+    if not isinstance(configs, list):
+        raise _not_a2a("ListTaskPushNotificationConfigs")
+    return [config for config in configs if isinstance(config, dict)]
 
 
 def delete_task_push_notification_config(agent: AgentAddress, task_id: str, config_id: str) -> None:

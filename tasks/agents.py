@@ -140,6 +140,9 @@ def register(
             protocol_version=card.protocol_version,
             extensions=card.extensions,
             push_notifications=card.push_notifications,
+            card_name=card.name,
+            description=card.description,
+            skills=card.skills,
             credential=credential,
             allow_other_rpc_origin=allow_other_rpc_origin,
             signing_secret=signing_secret,
@@ -190,10 +193,11 @@ def agent_for_api_token(token: str) -> Agent | None:
     return Agent.objects.filter(api_token_digest=digest(token)).first()
 
 
-def new_endpoint(agent: Agent) -> tuple[PushEndpoint, str, str]:
+def new_endpoint(agent: Agent, *, task_id: str = "") -> tuple[PushEndpoint, str, str]:
     token, bearer = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     endpoint = PushEndpoint.objects.create(
         agent=agent,
+        task_id=task_id,
         public_id=secrets.token_urlsafe(16),
         token_digest=digest(token),
         bearer_digest=digest(bearer),
@@ -201,10 +205,12 @@ def new_endpoint(agent: Agent) -> tuple[PushEndpoint, str, str]:
     return endpoint, token, bearer
 
 
-def new_push_config(agent: Agent) -> tuple[PushEndpoint, a2a_client.PushConfig]:
-    """A fresh endpoint and the push config naming it, for a message that starts work: the
-    agent pushes that task's updates there."""
-    endpoint, token, bearer = new_endpoint(agent)
+def new_push_config(
+    agent: Agent, *, task_id: str = ""
+) -> tuple[PushEndpoint, a2a_client.PushConfig]:
+    """A fresh endpoint and the push config naming it, for a message that starts work (or,
+    with `task_id`, for a task a person follows): the agent pushes that task's updates there."""
+    endpoint, token, bearer = new_endpoint(agent, task_id=task_id)
     push = a2a_client.PushConfig(
         url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
     )
@@ -247,6 +253,7 @@ def refresh_card(agent: Agent) -> str | None:
         agent.refused_rpc_url, agent.refused_rpc_url_at = card.rpc_url, timezone.now()
         log.warning("agent %s: refused a JSON-RPC URL at another origin", agent.pk)
     agent.extensions, agent.push_notifications = card.extensions, card.push_notifications
+    agent.card_name, agent.description, agent.skills = card.name, card.description, card.skills
     agent.card_fetched_at, agent.last_error = timezone.now(), ""
     agent.save(
         update_fields=[
@@ -256,6 +263,9 @@ def refresh_card(agent: Agent) -> str | None:
             "protocol_version",
             "extensions",
             "push_notifications",
+            "card_name",
+            "description",
+            "skills",
             "card_fetched_at",
             "last_error",
         ]

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 from tasks import activity, answers, board, listing, search
 from tasks.cards import strip_invisible
 from tasks.models import Artifact, Interaction, Session
+from tasks.numbers import whole_number
 
 MAX_LIMIT = 1000
 
@@ -70,8 +71,8 @@ def sessions(request: HttpRequest) -> JsonResponse:
     sort = query.get("sort", "updated")
     if sort not in listing.SORTS:
         return _error(400, "bad sort", "sort is updated (the default) or attention")
-    limit = query.get("limit", "100")
-    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_LIMIT:
+    limit = whole_number(query.get("limit", "100"))
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         return _error(400, "bad limit", f"limit is a number from 1 to {MAX_LIMIT}")
     archived = query.get("archived")
     if archived not in (None, "0", "1"):
@@ -85,12 +86,12 @@ def sessions(request: HttpRequest) -> JsonResponse:
     try:
         if filters.q:
             offset = 0 if before is None else listing.read_search_cursor(before, filters.q)
-            return _search(found, filters.q, offset, int(limit))
+            return _search(found, filters.q, offset, limit)
         position = None if before is None else listing.read_cursor(before, sort)
     except listing.BadCursor as error:
         return _error(400, "bad cursor", str(error))
     found = found.select_related("agent", "card")
-    shown, following = listing.page(found, sort, position, int(limit))
+    shown, following = listing.page(found, sort, position, limit)
     return JsonResponse({"sessions": [session_json(s) for s in shown], "next": following})
 
 

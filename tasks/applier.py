@@ -40,7 +40,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import changes, fragments, ingest, protocol
+from tasks import changes, fragments, ingest, protocol, usage
 from tasks.models import Agent, Delivery, Session
 from tasks.worker import Loop
 
@@ -171,6 +171,8 @@ def _apply(
             teams[applied.session.pk] = delivery.agent.team_id
     if not alone:
         ingest.record_outcomes(done)
+        # The batch's telemetry, one statement for all of it (none when it had none).
+        usage.record(a.grown for appliers in by_session.values() for a in appliers)
     changed = {}
     for session_id, appliers in by_session.items():
         if not alone:
@@ -194,6 +196,7 @@ def _apply_alone(
         with transaction.atomic():
             event = protocol.parse(delivery.body.encode())
             applied = ingest.apply_delivery(delivery, event, locked)
+            usage.record([applied.grown])  # in its savepoint: rolled back with it
             if applied.session is not None:
                 ingest.derive([applied])
     except OperationalError as error:

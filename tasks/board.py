@@ -16,13 +16,13 @@ from django.utils import timezone
 from tasks import activity, fragments, listing, search
 from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, TaskState
 from tasks.notify import seen
+from tasks.numbers import whole_number
 
 OVERVIEW_LIMIT = 300
 SIDEBAR_LIMIT = 100
 SEARCH_PAGE = 50  # results on one page of the monitoring screen's search
 MAX_QUERY_CHARS = 500
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits that fit a database id ("²".isdigit() too)
 
 
 def attention_order(sessions: QuerySet[Session]) -> QuerySet[Session]:
@@ -69,8 +69,9 @@ class Filters:
 
         found: dict = {}
         agent, state = query.get("agent"), query.get("state")
-        if agent is not None and _ID.fullmatch(agent):
-            found["agent"] = agent
+        agent_id = whole_number(agent or "")
+        if agent_id is not None:
+            found["agent"] = str(agent_id)
         elif agent is not None and strict:  # a page ignores these silently, as it always did
             wrong("bad filter", "agent must be an agent id (a number)")
         if state is not None and state in TaskState.values:

@@ -12,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from tasks import cards, changes, ingest, json_safety, search
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
+from tasks.numbers import whole_number
 
 # Far over anything valid (8 KiB of markdown and 50 steps of 512 bytes, JSON-escaped):
 # refused before it is parsed.
@@ -68,10 +69,8 @@ def _read(agent: Agent, key: str | None) -> JsonResponse:
 
 
 def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    if (declared.isdigit() and int(declared) > MAX_BODY_BYTES) or len(
-        request.body
-    ) > MAX_BODY_BYTES:
+    declared = whole_number(request.META.get("CONTENT_LENGTH") or "0") or 0
+    if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
         return _error(413, f"the body is over {MAX_BODY_BYTES} bytes; a card is far smaller")
     try:
         # Lone surrogates become U+FFFD here, so no field can fail to encode when stored.

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import cards, changes, json_safety, message_parts, profile
+from tasks import cards, changes, json_safety, message_parts, profile, usage
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -297,6 +297,7 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
             delivery = _keep(agent.pk, None, key, body, event)
             delivery.agent = agent
             applied = apply_delivery(delivery, event)
+            usage.record([applied.grown])
             if applied.session is not None:
                 derive([applied])
                 changes.publish(applied.session, team_id=agent.team_id)
@@ -331,6 +332,8 @@ class _Applier:
     # The applied status's note message and time: what a card receipt is kept as.
     note: tuple[Task, p.Message, datetime, bool] | None = None
     status_at: tuple[Task, datetime] | None = None
+    # What this delivery adds to the usage ledger: written with its batch's (usage.record).
+    grown: usage.Deltas = field(default_factory=usage.Deltas)
 
     def run(self, event: p.Event) -> str:
         if isinstance(event, p.MessageEvent):
@@ -468,7 +471,9 @@ class _Applier:
                 self._close_interactions(task, keep=None)
             telemetry = profile.find(profile.TELEMETRY, *metadatas)
             if telemetry is not None:
-                task.telemetry = profile.read_telemetry(telemetry, self.warnings)
+                reported = profile.read_telemetry(telemetry, self.warnings)
+                self.grown.add(task.agent_id, self.now, task.telemetry, reported)
+                task.telemetry = reported
             task.state = status.state
             task.status_timestamp = status.timestamp or task.status_timestamp
             task.status_received_at = self.now

@@ -68,6 +68,13 @@ class Agent(models.Model):
         decoder=StoredJSONDecoder, default=list, blank=True, help_text="URIs the card declares"
     )
     push_notifications = models.BooleanField(default=False)
+    # The card's own words as of its last fetch, plain text and bounded (a2a_client.parse_card):
+    # the name it gives itself (`name` is what people call it), its description and skills.
+    card_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    skills = models.JSONField(
+        decoder=StoredJSONDecoder, default=list, blank=True, help_text="name, description, tags"
+    )
     # Sent as the Authorization header when Onlooker calls the agent; never displayed.
     credential = models.TextField(blank=True)
     # The credential goes to rpc_url, which the card names: at the card's own origin unless a
@@ -125,7 +132,20 @@ class PushEndpoint(models.Model):
     token_digest = models.CharField(max_length=64)
     bearer_digest = models.CharField(max_length=64)
     active = models.BooleanField(default=True)
+    # The task a person chose to follow through it ("Follow this task" on the agent page);
+    # empty for the agent's own endpoint and for work Onlooker started.
+    task_id = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Two presses of "Follow this task" make one follower: the second insert fails.
+            models.UniqueConstraint(
+                fields=["agent", "task_id"],
+                condition=~Q(task_id="") & Q(active=True),
+                name="one_follower_per_task",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent} → {self.public_id}"
@@ -294,7 +314,9 @@ class Delivery(models.Model):
         indexes = [
             # The applier's queue: only pending rows are indexed, so it stays small however
             # many applied deliveries are kept.
-            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries")
+            models.Index(fields=["id"], condition=Q(outcome="pending"), name="pending_deliveries"),
+            # The agent page's "last push received": one index step, however many it has.
+            models.Index(fields=["agent", "received_at"], name="agent_received"),
         ]
 
     def __str__(self) -> str:
@@ -942,6 +964,25 @@ class Card(models.Model):
             "markdown": self.markdown or None,
             "html": self.html,
         }
+
+
+class UsageDay(models.Model):
+    """One agent's telemetry/v1 usage on one UTC day, summed over its tasks. Written only by
+    tasks/usage.py, which says how (a task adds what its telemetry grew by)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="usage_days")
+    date = models.DateField()
+    # Whole nano-dollars: sums are exact integers on every database (SQLite would keep a
+    # DecimalField as a float), and 0.1 + 0.2 is 0.3.
+    cost_nanos = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    steps = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "date"], name="unique_usage_day")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.date}"
 
 
 # The notification models live beside their code; importing them here registers them.

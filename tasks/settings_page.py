@@ -24,7 +24,7 @@ class AgentGroup:
     """The agents of one team, or (team None) those of everyone."""
 
     team: str | None
-    agents: list[str] = field(default_factory=list)
+    agents: list[Agent] = field(default_factory=list)
 
 
 def agent_groups(user) -> tuple[list[AgentGroup], int]:
@@ -36,7 +36,7 @@ def agent_groups(user) -> tuple[list[AgentGroup], int]:
     groups: dict[str | None, AgentGroup] = {}
     for agent in found[:AGENTS_SHOWN]:
         team = agent.team.name if agent.team else None
-        groups.setdefault(team, AgentGroup(team)).agents.append(agent.name)
+        groups.setdefault(team, AgentGroup(team)).agents.append(agent)
     ordered = sorted(groups.values(), key=lambda g: (g.team is not None, g.team or ""))
     return ordered, total
 

@@ -1,11 +1,14 @@
 from django.urls import path
 
-from tasks import api, card_api, settings_page, views, webhooks
+from tasks import agent_page, api, card_api, settings_page, usage_api, views, webhooks
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("healthz", views.healthz, name="healthz"),
     path("settings/", settings_page.settings_page, name="settings"),
+    path("agents/<int:agent_id>/", agent_page.agent_page, name="agent"),
+    path("agents/<int:agent_id>/refresh/", agent_page.refresh_agent, name="agent-refresh"),
+    path("agents/<int:agent_id>/follow/", agent_page.follow_task, name="agent-follow"),
     path("sessions/<int:session_id>/", views.session_page, name="session"),
     path("sessions/<int:session_id>/card/", views.session_card, name="session-card"),
     path("sessions/<int:session_id>/activity/", views.session_activity, name="session-activity"),
@@ -52,5 +55,6 @@ urlpatterns = [
     path("api/sessions", api.sessions, name="api-sessions"),
     path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
     path("api/waiting", api.waiting, name="api-waiting"),
+    path("api/usage", usage_api.usage_json, name="api-usage"),
     path("api/progress-card", card_api.progress_card, name="api-progress-card"),
 ]

@@ -38,10 +38,12 @@ from tasks import (
     message_parts,
     search,
     states,
+    usage,
 )
 from tasks.api import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState
 from tasks.notify import seen
+from tasks.numbers import whole_number
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 3.0
@@ -108,6 +110,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "newest": None,
         "archive_days": settings.ONLOOKER_ARCHIVE_AFTER_DAYS,
     }
+    if not wall:  # the wall shows sessions only
+        context["usage"] = usage.panel(request.user, request.GET.get("usage"))
     if filters.q and not wall:
         context.update(_search_page(request.user, filters, before, problems))
         return render(request, "tasks/overview.html", context)
@@ -472,12 +476,12 @@ def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
 @api_login_required
 def start_session(request: HttpRequest) -> HttpResponse:
     """ "New session" on the monitoring screen: the first message to an agent."""
-    agent = request.POST.get("agent", "")
+    agent = whole_number(request.POST.get("agent", ""))
     try:
-        if not agent.isdigit():
+        if agent is None:
             raise answers.AnswerError("agent must be the id of an agent")
         composed = answers.parse_message(request.POST)
-        session = answers.start_session(request.user, int(agent), composed)
+        session = answers.start_session(request.user, agent, composed)
     except answers.AnswerError as error:
         if _wants_json(request) or isinstance(error, answers.NotFound):
             return _refused(request, error, 0)

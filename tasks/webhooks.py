@@ -30,6 +30,7 @@ from standardwebhooks import Webhook
 
 from tasks import a2a_client, applier, broadcast, ingest, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
+from tasks.numbers import whole_number
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,9 @@ def _too_large(size: int) -> Refused:
 
 
 def _body(headers: Mapping[str, str], read_body: Callable[[], bytes]) -> bytes:
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > settings.ONLOOKER_MAX_PUSH_BYTES:
-        raise _too_large(int(declared))
+    declared = whole_number(headers.get("content-length", ""))
+    if declared is not None and declared > settings.ONLOOKER_MAX_PUSH_BYTES:
+        raise _too_large(declared)
     body = read_body()
     if len(body) > settings.ONLOOKER_MAX_PUSH_BYTES:
         raise _too_large(len(body))
@@ -266,9 +267,9 @@ class PushReceiver:
         endpoint_id = match["endpoint"]
         limit = settings.ONLOOKER_MAX_PUSH_BYTES
         headers = _asgi_headers(scope)
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            return await self._refuse_oversize(send, endpoint_id, int(declared))
+        declared = whole_number(headers.get("content-length", ""))
+        if declared is not None and declared > limit:
+            return await self._refuse_oversize(send, endpoint_id, declared)
         chunks, size = [], 0
         while True:
             message = await receive()

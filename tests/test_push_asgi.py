@@ -186,3 +186,24 @@ def test_asgi_path_answers_pushes_as_the_view_does():
     code, headers, _ = asgi_request(registered.path, [], b"", method="GET")
     assert (code, headers[b"allow"]) == (405, b"POST")
     assert Delivery.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("declared", "expected"),
+    [(b"9" * 5000, 413), (b"\xb2", 401), (b"\xd9\xa3", 401)],  # 5,000 digits; "²"; "٣"
+)
+def test_a_content_length_that_is_no_plain_number_is_a_clear_4xx(declared, expected):
+    """Digits int() refuses (superscripts, other scripts' digits, over 4,300 of them) were
+    read as a size and raised: a 500 for a header."""
+    registered = make_agent()
+
+    async def scenario():
+        headers = [(b"content-type", b"application/json"), (b"content-length", declared)]
+        communicator = ApplicationCommunicator(application, http_scope(registered.path, headers))
+        await communicator.send_input({"type": "http.request", "body": b"{}", "more_body": False})
+        return await respond(communicator)
+
+    code, data = async_to_sync(scenario)()
+    assert code == expected, data
+    assert not Delivery.objects.exists()

@@ -168,7 +168,6 @@ def test_a_session_updated_while_paging_is_not_shown_twice(client, alice, team, 
         "q=a%00b",
         "q=" + "x" * 10_000,
         "agent=%C2%B2",  # "²" is a digit to str.isdigit, not to int()
-        "agent=" + "9" * 40,
         "limit=%C2%B2",
         "limit=1001",
     ],
@@ -180,6 +179,13 @@ def test_nonsense_in_any_parameter_is_a_400_that_says_what_is_wrong(client, alic
     assert response.status_code == 400, (query, response.content)
     body = response.json()
     assert body["error"].startswith("bad ") and body["detail"]
+
+
+def test_an_agent_id_past_any_id_finds_nothing(client, alice, team):
+    send(client, team, status("WORKING", at=1))
+    client.force_login(alice)
+    assert ids_of(client, "/api/sessions?agent=" + "9" * 40) == []
+    assert tile_ids(client.get("/?agent=" + "9" * 40).content.decode()) == []
 
 
 def test_a_cursor_of_one_sort_is_refused_by_the_other(client, alice, crowd):

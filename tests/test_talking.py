@@ -205,3 +205,16 @@ def test_new_session_starts_a_conversation_and_opens_its_page(stub_session, ops,
     assert "New session" not in viewer.get("/").content.decode()
     form = {"agent": session.agent_id, "text": "x", "message_id": "0123456789ab"}
     assert post(viewer, "/sessions/new/", **form)[0] == 403
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("agent", ["²", "٣", "9" * 5000, "99999999999999999999"])
+def test_new_session_for_an_agent_id_that_is_no_plain_number_is_refused_or_not_found(
+    agent, ops, approvers
+):
+    """An id of "²" passed str.isdigit() and then raised in int(); 20 digits overflowed."""
+    alice = person("alice", ops, approvers)
+    form = {"agent": agent, "text": "Plan the launch", "message_id": "0123456789ab"}
+    code, data = post(alice, "/sessions/new/", **form)
+    assert code in (400, 404), data
+    assert not Session.objects.exists()

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from tasks.models import Delivery
+from tasks.models import Delivery, UsageDay
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http
 from tests.test_ordering_property import deliver, final_state, story
@@ -65,3 +65,11 @@ def test_two_servers_applying_one_burst_end_where_one_would_and_apply_each_push_
     # Applied once each; none failed, so none waited on (or deadlocked with) the other.
     assert {(d.attempts, d.last_error) for d in deliveries} == {(0, "")}
     assert final_state(burst.agent) == final_state(ordered.agent)
+    # The usage ledger, added to by both processes at once, loses nothing and counts nothing
+    # twice (the story's tasks each report telemetry as they end).
+    assert ledger(burst.agent) == ledger(ordered.agent) != (0, 0, 0)
+
+
+def ledger(agent) -> tuple[int, int, int]:
+    rows = UsageDay.objects.filter(agent=agent).values_list("cost_nanos", "tokens", "steps")
+    return tuple(sum(column) for column in zip(*rows, strict=True)) or (0, 0, 0)
