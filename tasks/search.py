@@ -14,6 +14,14 @@ ranks above any transcript match (rank in (0, 1] against (1, 2]); within each, t
 database's relevance (SQLite bm25, PostgreSQL ts_rank_cd; title and agent name weigh most,
 then the plan, then the note) orders them, and equal ranks go newest first.
 
+Bounds, so that a query answers in tens of milliseconds over a million messages however
+common its words: matches are read newest first (by id, the indexes' own order), BATCH of
+each kind at a time, and ranked once a page is filled (or ROUNDS batches are read). A word
+found in fewer than BATCH messages and BATCH sessions' own text (nearly every word people
+search for) is ranked in full; a commoner one is ranked among its newest matches only, and
+`count` then says how many of those match (a lower bound). Only the first INDEXED_CHARS
+characters of a message or note are indexed.
+
 People's text never reaches the index's query syntax: it is split into words (letters and
 digits), at most MAX_WORDS of them, each at most MAX_WORD_CHARS long, all required, the
 last one a prefix; each word is quoted.
@@ -32,6 +40,7 @@ from dataclasses import dataclass
 
 from django.db import connection, connections, transaction
 from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
 
 from tasks.models import Agent, Card, Session
 
@@ -40,15 +49,17 @@ MAX_WORD_CHARS = 64
 # A prefix shorter than this would expand to a large share of the vocabulary: the last word
 # is a prefix only from this length on.
 MIN_PREFIX_CHARS = 3
-# Indexed (PostgreSQL) and read for snippets: the first this many characters of a message
-# or note. A tsvector over a megabyte of text raises, and would fail the write path.
+# Indexed, on both databases, and read for snippets: the first this many characters of a
+# message or note (migration 0016). A tsvector over a megabyte of text raises, and would
+# fail the write path; FTS5 would index it, at a cost every push of it would pay.
 INDEXED_CHARS = 20_000
-# The most documents of each kind ranked for one query: a word in a third of a million
-# messages is ranked among the best CAP of them (best by the index's relevance on SQLite,
-# the first found on PostgreSQL), so a query stays within its time budget however common
-# its words are. `count` is bounded by the same caps.
-SESSION_CAP = 5_000
-MESSAGE_CAP = 5_000
+# Matches are read newest first, BATCH of each kind (messages, session texts) at a time,
+# until a page is filled, for at most ROUNDS batches (module docstring).
+BATCH = 1_000
+ROUNDS = 5
+# SQLite ranks a kind of document by relevance only while each query word is in at most
+# this many of them (_SQLiteReader says why).
+RANKED_BELOW = 2_000
 SNIPPET_CHARS = 200
 SNIPPET_BEFORE = 60  # characters of context kept before the first match
 MAX_LIMIT = 500
@@ -77,8 +88,10 @@ class BadQuery(ValueError):
 
 @dataclass(frozen=True)
 class Query:
-    words: tuple[str, ...]  # folded, in order
+    words: tuple[str, ...]  # folded (case and diacritics dropped), in order
     prefix: bool  # the last word matches as a prefix
+    # The same words as typed (NFC): PostgreSQL's index lowercases but keeps diacritics.
+    typed: tuple[str, ...] = ()
 
     def matches(self, token: str) -> bool:
         folded = fold(token)
@@ -100,25 +113,25 @@ def parse(text: str) -> Query:
     # Lone surrogates, NUL and the like are not word characters: they are dropped here.
     text = unicodedata.normalize("NFC", text[: MAX_WORDS * (MAX_WORD_CHARS + 1) * 20])
     words: list[str] = []
+    typed: list[str] = []
     prefix = False
     for found in _WORD.finditer(text):
-        word = fold(found.group())
-        cut = len(word) > MAX_WORD_CHARS
-        word = word[:MAX_WORD_CHARS]
+        cut = len(found.group()) > MAX_WORD_CHARS
+        as_typed = found.group()[:MAX_WORD_CHARS]
+        word = fold(as_typed)[:MAX_WORD_CHARS]
         # A word folding to nothing, or to characters that are no longer word characters,
         # would be no word to the index.
-        if not _WORD.fullmatch(word):
+        if not _WORD.fullmatch(word) or word in words:
             continue
-        if word not in words:
-            words.append(word)
-        if len(words) == MAX_WORDS:
-            prefix = cut
-            break
+        words.append(word)
+        typed.append(as_typed)
         prefix = cut
+        if len(words) == MAX_WORDS:
+            break
     if not words:
         raise BadQuery("the search text holds no word to search for (letters or digits)")
     prefix = prefix or len(words[-1]) >= MIN_PREFIX_CHARS
-    return Query(tuple(words), prefix)
+    return Query(tuple(words), prefix, tuple(typed))
 
 
 # -- the write path ---------------------------------------------------------------------------
@@ -168,53 +181,197 @@ def find(sessions: QuerySet[Session], text: str, *, offset: int = 0, limit: int 
     matching `text`, best first, newest (updated_at desc, id desc) first on equal rank; the
     page [offset, offset + limit). Raises BadQuery if `text` holds no word.
 
-    Bounded: of a word found in more than SESSION_CAP sessions' own text or MESSAGE_CAP
-    messages, only that many of each are ranked (module docstring)."""
+    Bounded for common words: matches are read newest first, BATCH documents of each kind
+    at a time, for at most ROUNDS batches, and ranked among those read (module docstring).
+    A word in fewer than BATCH messages and BATCH sessions' own text is ranked in full."""
     query = parse(text)
-    offset = max(0, min(int(offset), SESSION_CAP + MESSAGE_CAP))
+    offset = max(0, min(int(offset), ROUNDS * BATCH * 2))
     limit = max(0, min(int(limit), MAX_LIMIT))
     if limit == 0:
         return []
-    visible, visible_params = _visible(sessions)
-    db = connections[sessions.db]
-    with db.cursor() as cursor:
-        if db.vendor == "postgresql":
-            sql = _PG_HITS.format(visible=visible) + _PG_PAGE
-            cursor.execute(sql, [_tsquery(query), *visible_params, limit, offset])
-        else:
-            sql = _SQLITE_HITS.format(visible=visible) + _SQLITE_PAGE
-            match = _fts5_query(query)
-            cursor.execute(sql, [match, match, *visible_params, limit, offset])
-        rows = cursor.fetchall()
+    found = _search(sessions, query, wanted=offset + limit)
+    page = found[offset : offset + limit]
     snippets = _snippets(
-        db, query, [(session_id, message_id) for session_id, _, message_id in rows]
+        connections[sessions.db], query, [(f.session_id, f.message_id) for f in page]
     )
-    return [Hit(session_id, float(rank), snippets.get(session_id)) for session_id, rank, _ in rows]
+    return [Hit(f.session_id, f.rank, snippets.get(f.session_id)) for f in page]
 
 
 def count(sessions: QuerySet[Session], text: str) -> int:
-    """How many sessions among `sessions` `find` would give for `text` over all its pages.
-    Capped as find is: at most SESSION_CAP + MESSAGE_CAP (a screen says "5,000+" or the
-    like when it reaches SESSION_CAP). Raises BadQuery if `text` holds no word."""
-    query = parse(text)
-    visible, visible_params = _visible(sessions)
+    """How many sessions among `sessions` match `text`. Exact for words in fewer than BATCH
+    messages and BATCH sessions' own text; for commoner words, capped: the sessions of the
+    newest ROUNDS × BATCH matching messages and session texts (at most 2 × ROUNDS × BATCH,
+    and never fewer than `find` pages through). Raises BadQuery if `text` holds no word."""
+    return len(_search(sessions, parse(text), wanted=None))
+
+
+@dataclass(frozen=True)
+class _Found:
+    session_id: int
+    rank: float
+    message_id: int | None  # the best matching message, if the best match is one
+    updated_at: object
+
+
+def _search(sessions: QuerySet[Session], query: Query, *, wanted: int | None) -> list[_Found]:
+    """The matching sessions among `sessions`, ranked: read BATCH documents of each kind at a
+    time, newest first, until `wanted` sessions are found (None: as many as ROUNDS allow)."""
     db = connections[sessions.db]
+    reader = _PostgresReader(query) if db.vendor == "postgresql" else _SQLiteReader(query)
+    best: dict[int, tuple[float, int | None]] = {}
+    visible: dict[int, object] = {}
+    checked: set[int] = set()
     with db.cursor() as cursor:
-        if db.vendor == "postgresql":
-            cursor.execute(
-                _PG_HITS.format(visible=visible) + _COUNT, [_tsquery(query), *visible_params]
-            )
-        else:
-            match = _fts5_query(query)
-            cursor.execute(
-                _SQLITE_HITS.format(visible=visible) + _COUNT, [match, match, *visible_params]
-            )
-        return cursor.fetchone()[0]
+        for _ in range(ROUNDS):
+            for session_id, rank, message_id in reader.batch(cursor):
+                if session_id not in best or rank < best[session_id][0]:
+                    best[session_id] = (rank, message_id)
+            unchecked = best.keys() - checked
+            checked |= unchecked
+            if unchecked:
+                visible.update(_among(sessions, db.vendor, unchecked))
+            if reader.exhausted or (wanted is not None and len(visible) >= wanted):
+                break
+    found = [_Found(pk, best[pk][0], best[pk][1], at) for pk, at in visible.items()]
+    # Best rank first; equal ranks newest first (two stable sorts).
+    found.sort(key=lambda f: (f.updated_at, f.session_id), reverse=True)
+    found.sort(key=lambda f: f.rank)
+    return found
 
 
-def _visible(sessions: QuerySet[Session]) -> tuple[str, tuple]:
-    """The SQL (and its parameters) selecting the ids of `sessions`."""
-    return sessions.order_by().values("pk").query.sql_with_params()
+def _among(sessions: QuerySet[Session], vendor: str, ids: set[int]):
+    """(id, updated_at) of those of `ids` in `sessions`. The ids travel as one parameter (a
+    JSON array, a PostgreSQL array): a filter on thousands of ids costs the ORM several
+    milliseconds to compile."""
+    if vendor == "postgresql":
+        listed = RawSQL("SELECT unnest(%s::bigint[])", (sorted(ids),))
+    else:
+        listed = RawSQL("SELECT value FROM json_each(%s)", (f"[{','.join(map(str, ids))}]",))
+    return sessions.order_by().filter(pk__in=listed).values_list("pk", "updated_at")
+
+
+def _rank(tier: int, relevance: float) -> float:
+    """Smaller is better: a session's own text in (0, 1], its transcript in (1, 2]."""
+    return tier + 1.0 / (1.0 + max(0.0, relevance))
+
+
+class _Reader:
+    """Reads the matching documents of both kinds, newest first, a batch at a time: a session's
+    own text (tier 0) and messages (tier 1). Subclasses give the SQL: each statement takes
+    the query, an id to read below and a limit, and gives (document id, relevance score,
+    session id) rows."""
+
+    KINDS = (("sessions", 0), ("messages", 1))
+
+    def __init__(self, query: Query) -> None:
+        self.below = {kind: _NO_ID for kind, _ in self.KINDS}
+        self.done = {kind: False for kind, _ in self.KINDS}
+
+    @property
+    def exhausted(self) -> bool:
+        return all(self.done.values())
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        raise NotImplementedError
+
+    def relevance(self, score: float) -> float:
+        return score
+
+    def batch(self, cursor) -> list[tuple[int, float, int | None]]:
+        out: list[tuple[int, float, int | None]] = []
+        for kind, tier in self.KINDS:
+            if self.done[kind]:
+                continue
+            sql, params = self.statement(cursor, kind)
+            cursor.execute(sql, [*params, self.below[kind], BATCH])
+            rows = cursor.fetchall()
+            for pk, score, session_id in rows:
+                rank = _rank(tier, self.relevance(score))
+                out.append((session_id, rank, pk if kind == "messages" else None))
+            if len(rows) < BATCH:
+                self.done[kind] = True
+            else:
+                self.below[kind] = min(row[0] for row in rows)
+        return out
+
+
+class _SQLiteReader(_Reader):
+    """FTS5, read by rowid descending (the index's own order: a LIMIT stops it early).
+    Relevance is the tables' `rank`, bm25 with the weights the migration configured (≤ 0,
+    more negative is better). bm25 counts, for each query word, every row holding it (its
+    IDF): ~150 ms for a word in most of a million messages. So a kind whose documents hold
+    one of the words more than RANKED_BELOW times is read without it: its matches are then
+    equal, newest first (a probe of each word, reading ids only, tells: ~1 ms each)."""
+
+    TABLES = {"sessions": "search_session", "messages": "search_message"}
+    READ = {
+        "sessions": (
+            "SELECT rowid, {score}, rowid FROM search_session WHERE search_session MATCH %s "
+            "AND rowid < %s ORDER BY rowid DESC LIMIT %s"
+        ),
+        "messages": (
+            "SELECT f.rowid, f.score, m.session_id FROM ("
+            " SELECT rowid, {score} AS score FROM search_message WHERE search_message MATCH %s"
+            " AND rowid < %s ORDER BY rowid DESC LIMIT %s"
+            ") AS f JOIN tasks_message AS m ON m.id = f.rowid"
+        ),
+    }
+    PROBE = "SELECT COUNT(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH %s LIMIT %s)"
+
+    def __init__(self, query: Query) -> None:
+        super().__init__(query)
+        self.match = _fts5_query(query)
+        self.terms = self.match.split(" ")
+        self.ranked: dict[str, bool] = {}
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        if kind not in self.ranked:
+            self.ranked[kind] = self._rare(cursor, self.TABLES[kind])
+        score = "rank" if self.ranked[kind] else "0.0"
+        return self.READ[kind].format(score=score), [self.match]
+
+    def _rare(self, cursor, table: str) -> bool:
+        for term in self.terms:
+            cursor.execute(self.PROBE.format(table=table), [term, RANKED_BELOW + 1])
+            if cursor.fetchone()[0] > RANKED_BELOW:
+                return False
+        return True
+
+    def relevance(self, score: float) -> float:
+        return -score
+
+
+class _PostgresReader(_Reader):
+    """tsvector: ts_rank_cd (≥ 0, larger is better), computed for the batch's rows only (it
+    reads each row's vector, nothing global); weights {D, C, B, A}: A title and agent name,
+    B plan, C note. The planner reads the id index backwards for a common word and the GIN
+    index for a rare one."""
+
+    READ = {
+        "sessions": (
+            "SELECT b.session_id, ts_rank_cd('{0.05, 0.2, 0.4, 1.0}', b.search, b.q), "
+            "b.session_id FROM ("
+            " SELECT session_id, search, q FROM tasks_sessiontext, to_tsquery('simple', %s) AS q"
+            " WHERE search @@ q AND session_id < %s ORDER BY session_id DESC LIMIT %s"
+            ") AS b"
+        ),
+        "messages": (
+            "SELECT b.id, ts_rank_cd(b.search, b.q), b.session_id FROM ("
+            " SELECT id, session_id, search, q FROM tasks_message, to_tsquery('simple', %s) AS q"
+            " WHERE search @@ q AND id < %s ORDER BY id DESC LIMIT %s"
+            ") AS b"
+        ),
+    }
+
+    def __init__(self, query: Query) -> None:
+        super().__init__(query)
+        self.match = _tsquery(query)
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        return self.READ[kind], [self.match]
+
+
+_NO_ID = 2**62  # above every id: the first batch reads from the newest
 
 
 def _fts5_query(query: Query) -> str:
@@ -227,59 +384,12 @@ def _fts5_query(query: Query) -> str:
 
 
 def _tsquery(query: Query) -> str:
-    """to_tsquery syntax: the words (letters and digits only, so no operator) ANDed, the
-    last a prefix."""
-    terms = list(query.words)
+    """to_tsquery syntax: the words as typed (letters and digits only, so no operator),
+    ANDed, the last a prefix."""
+    terms = list(query.typed)
     if query.prefix:
         terms[-1] += ":*"
     return " & ".join(terms)
-
-
-# Each kind of document gives (session, rank, message or NULL); a session's best wins.
-# SQLite: the FTS5 tables' `rank` is bm25 with the weights the migration configured, ≤ 0.
-# Built from constants; {visible} is the ORM's SQL for the sessions searched.
-_SQLITE_HITS = f"""
-WITH hits(session_id, rank, message_id) AS (
-    SELECT * FROM (
-        SELECT rowid, 1.0 / (1.0 - rank), NULL FROM search_session
-        WHERE search_session MATCH %s ORDER BY rank LIMIT {SESSION_CAP}
-    )
-    UNION ALL
-    SELECT m.session_id, 1.0 + 1.0 / (1.0 - f.rank), m.id FROM (
-        SELECT rowid AS id, rank FROM search_message
-        WHERE search_message MATCH %s ORDER BY rank LIMIT {MESSAGE_CAP}
-    ) AS f JOIN tasks_message AS m ON m.id = f.id
-),
-best(session_id, rank, message_id) AS (
-    -- SQLite takes the bare column message_id from the row holding the minimum.
-    SELECT session_id, MIN(rank), message_id FROM hits
-    WHERE session_id IN ({{visible}}) GROUP BY session_id
-)
-"""  # noqa: S608
-_SQLITE_PAGE = """
-SELECT b.session_id, b.rank, b.message_id FROM best AS b
-JOIN tasks_session AS s ON s.id = b.session_id
-ORDER BY b.rank, s.updated_at DESC, s.id DESC LIMIT %s OFFSET %s
-"""
-
-# PostgreSQL: ts_rank_cd ≥ 0, weights {D, C, B, A}: A title and agent, B plan, C note.
-_PG_HITS = f"""
-WITH q AS (SELECT to_tsquery('simple', %s) AS q),
-hits AS (
-    (SELECT t.session_id, 1.0 / (1.0 + ts_rank_cd('{{{{0.05, 0.2, 0.4, 1.0}}}}', t.search, q.q))
-        AS rank, NULL::bigint AS message_id
-     FROM tasks_sessiontext AS t, q WHERE t.search @@ q.q LIMIT {SESSION_CAP})
-    UNION ALL
-    (SELECT m.session_id, 1.0 + 1.0 / (1.0 + ts_rank_cd(m.search, q.q)), m.id
-     FROM tasks_message AS m, q WHERE m.search @@ q.q LIMIT {MESSAGE_CAP})
-),
-best AS (
-    SELECT DISTINCT ON (session_id) session_id, rank, message_id FROM hits
-    WHERE session_id IN ({{visible}}) ORDER BY session_id, rank
-)
-"""  # noqa: S608
-_PG_PAGE = _SQLITE_PAGE
-_COUNT = "SELECT COUNT(*) FROM best"
 
 
 # -- snippets -------------------------------------------------------------------------------

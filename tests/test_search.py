@@ -9,7 +9,7 @@ from django.db import connection
 from tasks import agents, search
 from tasks.models import Session
 from tests.builders import progress, status, ts
-from tests.conftest import make_agent, push
+from tests.conftest import NOW, make_agent, push
 
 
 def send(client, agent, body):
@@ -300,3 +300,79 @@ def test_a_long_message_is_indexed_up_to_a_bound_and_its_snippet_cut(client, age
     assert "needle" in hit.snippet.text
     # Past the first INDEXED_CHARS characters a message is not indexed, on either database.
     assert found("haystack") == []
+
+
+# -- common words: read in batches, newest first ----------------------------------------------
+
+
+def test_matches_beyond_one_batch_are_read_in_further_batches(client, agent, monkeypatch):
+    monkeypatch.setattr(search, "BATCH", 2)  # 5 sessions, 2 documents of each kind a batch
+    for number in range(5):
+        said(client, agent, "common chatter", context=f"c{number}")
+    assert found("chatter") == ["c4", "c3", "c2", "c1", "c0"]
+    assert found("chatter", offset=3, limit=2) == ["c1", "c0"]
+    assert search.count(Session.objects.all(), "chatter") == 5
+
+
+def test_a_word_in_more_messages_than_it_reads_is_ranked_among_the_newest(
+    client, agent, monkeypatch
+):
+    monkeypatch.setattr(search, "BATCH", 2)
+    monkeypatch.setattr(search, "ROUNDS", 1)
+    for number in range(5):
+        said(client, agent, "common chatter", context=f"c{number}")
+    assert found("chatter") == ["c4", "c3"]
+    assert search.count(Session.objects.all(), "chatter") == 2  # capped, as documented
+
+
+# -- the index's upkeep -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_fills_the_index_from_what_is_stored(client):
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("tasks", "0015_notification_channels")])
+    try:
+        agent = make_agent(name="Backfiller")
+        session = Session.objects.create(
+            agent=agent.agent, context_id="old", title="Archived cleanup", updated_at=NOW
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO tasks_message (session_id, message_id, role, text, at, "
+                "estimated_time, card_update, parts, files) VALUES "
+                "(%s, '', 'ROLE_AGENT', 'removed stale artifacts', %s, false, false, '[]', '[]')",
+                [session.pk, NOW],
+            )
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert found("archived") == ["old"]
+    assert found("backfiller") == ["old"]
+    assert found("artifacts") == ["old"]
+
+
+def test_the_triggers_are_made_again_after_a_migrate_dropped_them(client, agent):
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL keeps the index in generated columns, not triggers")
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER search_message_insert")
+    search.ensure_triggers(using="default")
+    said(client, agent, "reattached the volume", context="v")
+    assert found("reattached") == ["v"]
+
+
+def test_a_word_too_common_to_rank_keeps_own_text_first_and_the_rest_newest_first(
+    client, agent, monkeypatch
+):
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL's relevance costs nothing global: it always ranks by it")
+    asked(client, agent, "Routine maintenance", context="titled")
+    said(client, agent, "routine routine routine", context="older")
+    said(client, agent, "routine check", context="newer")
+    assert found("routine") == ["titled", "older", "newer"]  # by relevance
+    monkeypatch.setattr(search, "RANKED_BELOW", 0)  # every word is "common"
+    assert found("routine") == ["titled", "newer", "older"]
