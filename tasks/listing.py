@@ -35,8 +35,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")
 _MAX_ID = 2**63 - 1
-# A search ranks at most this many sessions (tasks/search.py): no page starts beyond.
-MAX_OFFSET = search.SESSION_CAP + search.MESSAGE_CAP
+# No search page starts beyond this many hits: tasks/search.py ranks about as many matches
+# of a common word at most (its newest), and 200 pages of 50 is past what anyone reads.
+MAX_OFFSET = 10_000
 
 
 class BadCursor(ValueError):
