@@ -121,6 +121,14 @@ if ONLOOKER_NOTIFIER not in ("background", "external"):
     raise ImproperlyConfigured(
         f"ONLOOKER_NOTIFIER must be background or external, not {ONLOOKER_NOTIFIER!r}"
     )
+# Finished sessions not updated for this many days leave the live screens (monitoring
+# screen, wall, sidebar, counts); search and the "finished" filter still find them.
+ONLOOKER_ARCHIVE_AFTER_DAYS = env_int("ONLOOKER_ARCHIVE_AFTER_DAYS", 7)
+if ONLOOKER_ARCHIVE_AFTER_DAYS > 36_500:  # further back than a date can go, soon
+    raise ImproperlyConfigured(
+        f"ONLOOKER_ARCHIVE_AFTER_DAYS must be at most 36500 (100 years), "
+        f"not {ONLOOKER_ARCHIVE_AFTER_DAYS}"
+    )
 
 _public_host = urlsplit(ONLOOKER_PUBLIC_URL).hostname or "localhost"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", sorted({_public_host, "localhost", "127.0.0.1", "[::1]"}))

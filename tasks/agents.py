@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from tasks import a2a_client, changes, fragments
+from tasks import a2a_client, changes, fragments, search
 from tasks.models import Agent, PushEndpoint, Session, digest
 
 log = logging.getLogger(__name__)
@@ -314,6 +314,7 @@ def changed(agent: Agent) -> None:
     after commit they are stored again and hinted, one session at a time under its lock, so
     a push applied meanwhile with the old name is overwritten too."""
     fragments.forget_agent(agent)
+    search.agent_renamed(agent)
     transaction.on_commit(lambda: restore_fragments(agent.pk), robust=True)
 
 

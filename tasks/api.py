@@ -15,15 +15,12 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from tasks import activity, answers, timeline
+from tasks import activity, answers, board, listing, search, timeline
 from tasks.cards import strip_invisible
-from tasks.models import Artifact, Interaction, Session, TaskState
+from tasks.models import Artifact, Interaction, Session
+from tasks.numbers import whole_number
 
 MAX_LIMIT = 1000
-ORDERINGS = {
-    "updated": ("-updated_at", "-id"),
-    "attention": ("-needs_human", "-updated_at", "-id"),
-}
 
 
 def _error(status: int, error: str, detail: str) -> JsonResponse:
@@ -61,25 +58,66 @@ def _card(session: Session) -> dict | None:
 @require_GET
 @api_login_required
 def sessions(request: HttpRequest) -> JsonResponse:
-    found = Session.objects.visible_to(request.user).select_related("agent", "card")
-    agent = request.GET.get("agent")
-    if agent is not None:
-        if not agent.isdigit():
-            return _error(400, "bad filter", "agent must be an agent id (a number)")
-        found = found.filter(agent_id=int(agent))
-    state = request.GET.get("state")
-    if state is not None:
-        if state not in TaskState.values:
-            return _error(400, "bad filter", f"state must be one of {', '.join(TaskState.values)}")
-        found = found.filter(state=state)
-    sort = request.GET.get("sort", "updated")
-    if sort not in ORDERINGS:
+    """Sessions the user may see, a page at a time: `{"sessions": [...], "next": cursor}`,
+    `next` null on the last page; `before=<next>` with the same parameters gives the page
+    after. Filters: agent, state, finished, from/to (UTC days, inclusive, on the last update),
+    archived, and q (a search: best match first, each session with the `match` it was
+    found by). The README's API section lists them."""
+    query = request.GET
+    try:
+        filters, _ = board.Filters.read(query, strict=True)
+    except board.BadFilter as error:
+        return _error(400, error.error, str(error))
+    sort = query.get("sort", "updated")
+    if sort not in listing.SORTS:
         return _error(400, "bad sort", "sort is updated (the default) or attention")
-    limit = request.GET.get("limit", "100")
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+    limit = whole_number(query.get("limit", "100"))
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         return _error(400, "bad limit", f"limit is a number from 1 to {MAX_LIMIT}")
-    found = found.order_by(*ORDERINGS[sort])[: int(limit)]
-    return JsonResponse({"sessions": [session_json(s) for s in found]})
+    archived = query.get("archived")
+    if archived not in (None, "0", "1"):
+        return _error(400, "bad filter", "archived is 1 (archived sessions only) or 0 (none)")
+    found = filters.apply(Session.objects.visible_to(request.user))
+    if archived == "1":
+        found = found.filter(listing.archived())
+    elif archived == "0":
+        found = found.exclude(listing.archived())
+    before = query.get("before")
+    try:
+        if filters.q:
+            offset = 0 if before is None else listing.read_search_cursor(before, filters.q)
+            return _search(found, filters.q, offset, limit)
+        position = None if before is None else listing.read_cursor(before, sort)
+    except listing.BadCursor as error:
+        return _error(400, "bad cursor", str(error))
+    found = found.select_related("agent", "card")
+    shown, following = listing.page(found, sort, position, limit)
+    return JsonResponse({"sessions": [session_json(s) for s in shown], "next": following})
+
+
+def _search(found, text: str, offset: int, limit: int) -> JsonResponse:
+    try:
+        hits, following = listing.search_page(found, text, offset, limit)
+    except search.BadQuery as error:
+        return _error(400, "bad query", str(error))
+    loaded = Session.objects.select_related("agent", "card").in_bulk([h.session_id for h in hits])
+    shown = []
+    for hit in hits:
+        if hit.session_id in loaded:  # unless deleted between the two queries
+            data = session_json(loaded[hit.session_id])
+            data["match"] = _match(hit.snippet)
+            shown.append(data)
+    return JsonResponse({"sessions": shown, "next": following})
+
+
+def _match(snippet) -> dict | None:
+    if snippet is None:
+        return None
+    return {
+        "field": snippet.field,
+        "text": snippet.text,
+        "highlights": [[start, end] for start, end in snippet.ranges],
+    }
 
 
 @require_GET

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class TasksConfig(AppConfig):
@@ -6,7 +7,9 @@ class TasksConfig(AppConfig):
     verbose_name = "Agents and sessions"
 
     def ready(self) -> None:
-        from tasks import a2a_client, agents
+        from tasks import a2a_client, agents, search
 
         # Every call to an agent records the extensions it echoed (its tier) on the agent.
         a2a_client.on_echo = agents.record_echo
+        # A migration that rebuilds an indexed table on SQLite drops its search triggers.
+        post_migrate.connect(search.ensure_triggers, sender=self)

@@ -9,7 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from tasks import cards, changes, ingest, json_safety, timeline
+from tasks import cards, changes, ingest, json_safety, search, timeline
 from tasks.agents import agent_for_api_token
 from tasks.models import Agent, Session
 from tasks.numbers import whole_number
@@ -99,6 +99,7 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
         session = changes.open_session(agent, key, at=now)
         card = cards.store_written(session, plan, markdown).card
         if card is not None:
+            search.keep(session, card)
             # The transcript's one writer of the agent side keeps the receipt.
             ingest.card_receipt(session, card, at=now)
             timeline.card_written(session, card)

@@ -4,7 +4,7 @@ the card API, an agent's rename):
 1. lock the session row, first, always: everything under it (tasks, interactions, the
    transcript, the card) is then serialized by that one lock, in one lock order;
 2. change what is under it;
-3. derive the session's state and card from its tasks (`derive`);
+3. derive the session's state, card and searchable text from its tasks (`derive`);
 4. store its fragments and hint browsers after commit (`publish`).
 
 Sessions are created only by `open_session`.
@@ -16,7 +16,7 @@ from datetime import datetime
 
 from django.db import OperationalError
 
-from tasks import cards, fragments, prepared
+from tasks import cards, fragments, prepared, search
 from tasks import timeline as history
 from tasks.models import Agent, Session
 
@@ -73,6 +73,7 @@ def derive(
             timeline.card(session, written.card)
         else:
             history.card_written(session, written.card)
+    search.keep(session, written.card)  # writes only if its title, plan or note changed
     return written
 
 

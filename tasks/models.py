@@ -791,6 +791,23 @@ class SessionView(models.Model):
         return f"fragments of {self.session} (rev {self.revision})"
 
 
+class SessionText(models.Model):
+    """A session's own searchable text (tasks/search.py): title, agent name, plan step
+    titles and card note, as of its last change. Written only by `search.keep` and
+    `search.agent_renamed`; the full-text index over it is the database's (migration 0016)."""
+
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, primary_key=True, related_name="search_text"
+    )
+    title = models.TextField(blank=True)
+    agent = models.TextField(blank=True)
+    plan = models.TextField(blank=True)
+    note = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"search text of session {self.session_id}"
+
+
 STEP_WORDS = {
     "completed": "done",
     "in_progress": "in progress",

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
@@ -33,7 +34,9 @@ from tasks import (
     answers,
     board,
     fragments,
+    listing,
     message_parts,
+    search,
     states,
     timeline,
     usage,
@@ -85,38 +88,86 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     """The team monitoring screen: what waits for a person as one list on top, then every
-    other visible session as its card. Filters live in the URL so a wall screen can be
-    bookmarked; they apply to the list, the tiles and the counts alike."""
-    filters = board.Filters.from_query(request.GET)
+    other visible session as its card, OVERVIEW_LIMIT at a time with "Older" links for the
+    rest; with `q`, the search's results instead. Filters live in the URL so a wall screen
+    can be bookmarked; they apply to the list, the tiles and the counts alike. A filter or
+    cursor that means nothing is left out with a message: a stale bookmark still opens."""
+    filters, problems = board.Filters.read(request.GET)
     wall = request.GET.get("display") == "wall"
-    # The wall has no list: there a waiting session stays a tile.
-    tiles, total = board.tiles(request.user, filters, include_waiting=wall)
-    waiting = [] if wall else board.waiting(request.user, filters)
+    before = request.GET.get("before")
     context = {
-        "tiles": tiles,
-        "total": total,
         "counts": board.counts(request.user, filters),
         "agents": Agent.objects.visible_to(request.user).order_by("name"),
         "states": states.filter_choices(),
         "filters": filters,
+        "finished_states": " ".join(sorted(TERMINAL_STATES)),
         "wall": wall,
         "sidebar": board.sidebar(request.user),
         "message_id": uuid.uuid4().hex,
-        "waiting": waiting,
-        "nothing_visible": not tiles and not waiting and not board.anything_visible(request.user),
+        "problems": problems,
+        "results": None,
+        "waiting": [],
+        "older": None,
+        "newest": None,
+        "archive_days": settings.ONLOOKER_ARCHIVE_AFTER_DAYS,
     }
     if not wall:  # the wall shows sessions only
         context["usage"] = usage.panel(request.user, request.GET.get("usage"))
-    return render(request, "tasks/wall.html" if context["wall"] else "tasks/overview.html", context)
+    if filters.q and not wall:
+        context.update(_search_page(request.user, filters, before, problems))
+        return render(request, "tasks/overview.html", context)
+    position = None
+    if before is not None and not wall:  # the wall pages by itself (static/js/wall.js)
+        try:
+            position = listing.read_cursor(before, "attention")
+            context["newest"] = f"?{filters.query()}"
+        except listing.BadCursor as error:
+            problems.append(f"{error}; showing the newest sessions.")
+    # The wall has no list: there a waiting session stays a tile.
+    tiles = board.tiles(request.user, filters, include_waiting=wall, before=position)
+    if position is None and not wall:  # the list is the first page's, above its tiles
+        context["waiting"] = board.waiting(request.user, filters)
+    context.update(
+        tiles=tiles.html,
+        total=tiles.total,
+        live_tiles=position is None,  # an older page is a still picture (live.js leaves it)
+        older=f"?{filters.query(before=tiles.next)}" if tiles.next and not wall else None,
+        nothing_visible=not tiles.html
+        and not context["waiting"]
+        and not board.anything_visible(request.user),
+    )
+    return render(request, "tasks/wall.html" if wall else "tasks/overview.html", context)
+
+
+def _search_page(user, filters: board.Filters, before: str | None, problems: list[str]) -> dict:
+    offset = 0
+    if before is not None:
+        try:
+            offset = listing.read_search_cursor(before, filters.q)
+        except listing.BadCursor as error:
+            problems.append(f"{error}; showing the best matches.")
+    try:
+        results = board.results(user, filters, offset)
+    except search.BadQuery as error:
+        problems.append(f"Nothing was searched: {error}.")
+        return {"results": board.Results([], 0, None)}
+    return {
+        "results": results,
+        "older": f"?{filters.query(before=results.next)}" if results.next else None,
+        "newest": f"?{filters.query()}" if offset else None,
+        "first_result": offset + 1,
+        "last_result": offset + len(results.found),
+    }
 
 
 @require_GET
 @api_login_required
 def live_board(request: HttpRequest) -> JsonResponse:
     """What a (re)connecting page refetches: the counts (for the filters given), the sidebar
-    rows and, with `?tiles=1`, the monitoring screen's tiles for those filters, and with
-    `?waiting=1` its list of what waits for a person (then the tiles leave those sessions
-    out, as the page does), rendered with the same partials as the pages."""
+    rows and, with `?tiles=1`, the monitoring screen's first page of tiles for those filters
+    and the cursor of the page after it (`next`), and with `?waiting=1` its list of what
+    waits for a person (then the tiles leave those sessions out, as the page does), rendered
+    with the same partials as the pages."""
     filters = board.Filters.from_query(request.GET)
     with_waiting = bool(request.GET.get("waiting"))
     data = {
@@ -124,9 +175,10 @@ def live_board(request: HttpRequest) -> JsonResponse:
         "sidebar": "".join(board.sidebar(request.user)),
     }
     if request.GET.get("tiles"):
-        tiles, total = board.tiles(request.user, filters, include_waiting=not with_waiting)
-        data["tiles"] = "".join(tiles)
-        data["total"] = total
+        tiles = board.tiles(request.user, filters, include_waiting=not with_waiting)
+        data["tiles"] = "".join(tiles.html)
+        data["total"] = tiles.total
+        data["next"] = tiles.next
     if with_waiting:  # per person: the forms depend on their permission
         waiting = {"waiting": board.waiting(request.user, filters)}
         data["waiting"] = render_to_string("tasks/_waiting.html", waiting, request=request)

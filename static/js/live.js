@@ -9,7 +9,17 @@ const body = document.body;
 const boardUrl = body.dataset.boardUrl;
 const sessionId = body.dataset.liveSession || "";
 const overview = "liveOverview" in body.dataset;
-const filters = { agent: body.dataset.filterAgent || "", state: body.dataset.filterState || "" };
+const filters = {
+  agent: body.dataset.filterAgent || "",
+  state: body.dataset.filterState || "",
+  finished: body.dataset.filterFinished || "",
+  from: body.dataset.filterFrom || "",
+  to: body.dataset.filterTo || "",
+};
+// The date range as instants and the finished states, as the server reads the filters.
+const updatedFrom = Date.parse(body.dataset.filterUpdatedFrom || "") || null;
+const updatedBefore = Date.parse(body.dataset.filterUpdatedBefore || "") || null;
+const finishedStates = new Set((body.dataset.finishedStates || "").split(" ").filter(Boolean));
 
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 30_000;
@@ -92,6 +102,10 @@ function swap(existing, html) {
 function matchesFilters(message) {
   if (filters.agent && String(message.agent) !== filters.agent) return false;
   if (filters.state && message.state !== filters.state) return false;
+  if (filters.finished && finishedStates.has(message.state) !== (filters.finished === "1")) return false;
+  const updated = Date.parse(message.updatedAt) || 0;
+  if (updatedFrom !== null && updated < updatedFrom) return false;
+  if (updatedBefore !== null && updated >= updatedBefore) return false;
   return true;
 }
 
@@ -224,8 +238,7 @@ function boardQuery(withTiles) {
   const query = new URLSearchParams();
   if (withTiles) query.set("tiles", "1");
   if (waitingList()) query.set("waiting", "1");
-  if (filters.agent) query.set("agent", filters.agent);
-  if (filters.state) query.set("state", filters.state);
+  for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
   return `${boardUrl}?${query}`;
 }
 
@@ -259,7 +272,10 @@ async function refetch() {
       const board = await getJson(boardQuery(overview && tiles));
       showCounts(board.counts);
       if (sidebarList) replaceList(sidebarList, board.sidebar, rowId);
-      if (tiles && board.tiles !== undefined) replaceList(tiles, board.tiles, tileId);
+      if (tiles && board.tiles !== undefined) {
+        replaceList(tiles, board.tiles, tileId);
+        showOlder(board.next);
+      }
       showWaiting(board.waiting);
       if (sessionId) {
         apply(await getJson(body.dataset.cardUrl));
@@ -275,6 +291,18 @@ async function refetch() {
     }
   })();
   return refreshing;
+}
+
+// Where the first page ends moves as sessions change: "Older" continues after the last tile
+// the refetch showed, so no session falls between the two pages.
+function showOlder(next) {
+  const older = document.querySelector("[data-older]");
+  if (!older || next === undefined) return;
+  older.hidden = !next;
+  if (!next) return;
+  const query = new URLSearchParams(location.search);
+  query.set("before", next);
+  older.setAttribute("href", `?${query}`);
 }
 
 function showWaiting(html) {

@@ -134,7 +134,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0015_notification_channels'),
+        ('tasks', '0016_search'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "live": "tests.benchmarks.live",
     "socket_access": "tests.benchmarks.socket_access",
     "notify": "tests.benchmarks.notify",
+    "search": "tests.benchmarks.search",
 }
 
 

@@ -1,0 +1,480 @@
+"""Full-text search over sessions: their title, agent name, card note, plan steps and
+transcript, in the database's own full-text index.
+
+Two kinds of document are indexed (migration 0016 makes the indexes and keeps them):
+- a session's own text, one `SessionText` row per session (title, agent name, plan step
+  titles, note), written by `keep` from the one "session changed" step (changes.derive) and
+  the card API, and by `agent_renamed`;
+- every transcript message (`tasks_message.text`), indexed by the database itself as rows
+  are written (SQLite: an FTS5 table kept by triggers; PostgreSQL: a stored generated
+  tsvector column), so every writer of the transcript is covered without a call here.
+
+Ranking: a session's rank is that of its best document. A match in the session's own text
+ranks above any transcript match (rank in (0, 1] against (1, 2]); within each, the
+database's relevance (SQLite bm25, PostgreSQL ts_rank_cd; title and agent name weigh most,
+then the plan, then the note) orders them, and equal ranks go newest first.
+
+Bounds, so that a query answers in tens of milliseconds over a million messages however
+common its words: matches are read newest first (by id, the indexes' own order), BATCH of
+each kind at a time, and ranked once a page is filled (or ROUNDS batches are read). A word
+found in fewer than BATCH messages and BATCH sessions' own text (nearly every word people
+search for) is ranked in full; a commoner one is ranked among its newest matches only, and
+`count` then says how many of those match (a lower bound). Only the first INDEXED_CHARS
+characters of a message or note are indexed.
+
+People's text never reaches the index's query syntax: it is split into words (letters and
+digits), at most MAX_WORDS of them, each at most MAX_WORD_CHARS long, all required, the
+last one a prefix; each word is quoted.
+
+Snippets are cut in Python from a bounded prefix of the matching field or message, the same
+way on both databases, as plain text with the ranges of the matching words (templates
+escape the text).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from django.db import connection, connections, transaction
+from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
+
+from tasks.models import Agent, Card, Session
+
+MAX_WORDS = 10
+MAX_WORD_CHARS = 64
+# A prefix shorter than this would expand to a large share of the vocabulary: the last word
+# is a prefix only from this length on.
+MIN_PREFIX_CHARS = 3
+# Indexed, on both databases, and read for snippets: the first this many characters of a
+# message or note (migration 0016). A tsvector over a megabyte of text raises, and would
+# fail the write path; FTS5 would index it, at a cost every push of it would pay.
+INDEXED_CHARS = 20_000
+# Matches are read newest first, BATCH of each kind (messages, session texts) at a time,
+# until a page is filled, for at most ROUNDS batches (module docstring).
+BATCH = 1_000
+ROUNDS = 5
+# SQLite ranks a kind of document by relevance only while each query word is in at most
+# this many of them (_SQLiteReader says why).
+RANKED_BELOW = 2_000
+SNIPPET_CHARS = 200
+SNIPPET_BEFORE = 60  # characters of context kept before the first match
+MAX_LIMIT = 500
+
+_WORD = re.compile(r"[^\W_]+")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Snippet:
+    field: str  # "title" | "agent" | "note" | "plan" | "transcript"
+    text: str  # plain text, an excerpt around the match, "…" where cut
+    ranges: tuple[tuple[int, int], ...]  # [start, end) of each highlighted match in text
+
+
+@dataclass(frozen=True)
+class Hit:
+    session_id: int
+    rank: float  # smaller is better; equal ranks are ordered newest first by find
+    snippet: Snippet | None
+
+
+class BadQuery(ValueError):
+    """The search text holds no word to search for."""
+
+
+@dataclass(frozen=True)
+class Query:
+    words: tuple[str, ...]  # folded (case and diacritics dropped), in order
+    prefix: bool  # the last word matches as a prefix
+    # The same words as typed (NFC): PostgreSQL's index lowercases but keeps diacritics.
+    typed: tuple[str, ...] = ()
+
+    def matches(self, token: str) -> bool:
+        folded = fold(token)
+        if self.prefix and folded.startswith(self.words[-1]):
+            return True
+        return folded in self.words
+
+
+def fold(word: str) -> str:
+    """A word as the indexes compare it: case and diacritics ignored."""
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def parse(text: str) -> Query:
+    """People's search text → the words searched for. Raises BadQuery if it has none."""
+    if not isinstance(text, str):
+        raise BadQuery("the search text must be a string")
+    # Lone surrogates, NUL and the like are not word characters: they are dropped here.
+    text = unicodedata.normalize("NFC", text[: MAX_WORDS * (MAX_WORD_CHARS + 1) * 20])
+    words: list[str] = []
+    typed: list[str] = []
+    prefix = False
+    for found in _WORD.finditer(text):
+        cut = len(found.group()) > MAX_WORD_CHARS
+        as_typed = found.group()[:MAX_WORD_CHARS]
+        word = fold(as_typed)[:MAX_WORD_CHARS]
+        # A word folding to nothing, or to characters that are no longer word characters,
+        # would be no word to the index.
+        if not _WORD.fullmatch(word) or word in words:
+            continue
+        words.append(word)
+        typed.append(as_typed)
+        prefix = cut
+        if len(words) == MAX_WORDS:
+            break
+    if not words:
+        raise BadQuery("the search text holds no word to search for (letters or digits)")
+    prefix = prefix or len(words[-1]) >= MIN_PREFIX_CHARS
+    return Query(tuple(words), prefix, tuple(typed))
+
+
+# -- the write path ---------------------------------------------------------------------------
+
+# One statement, with the agent's name read in it, that writes nothing (and so reindexes
+# nothing) when the text is unchanged.
+_UPSERT = """
+INSERT INTO tasks_sessiontext (session_id, title, agent, plan, note)
+SELECT %s, %s, tasks_agent.name, %s, %s FROM tasks_agent WHERE tasks_agent.id = %s
+ON CONFLICT (session_id) DO UPDATE SET
+    title = excluded.title, agent = excluded.agent, plan = excluded.plan, note = excluded.note
+WHERE (tasks_sessiontext.title, tasks_sessiontext.agent, tasks_sessiontext.plan,
+       tasks_sessiontext.note) <> (excluded.title, excluded.agent, excluded.plan, excluded.note)
+"""
+
+
+def plan_text(plan: list[dict] | None) -> str:
+    """A plan's step titles, one a line."""
+    return "\n".join(str(step.get("step", "")) for step in plan or [])
+
+
+def keep(session: Session, card: Card | None) -> None:
+    """Index the session's own text as it is now: call under its lock, in the transaction
+    that changed it (changes.derive, the card API). Writes only if the text changed."""
+    plan = plan_text(card.plan) if card is not None else ""
+    note = card.markdown if card is not None else ""
+    with connection.cursor() as cursor:
+        cursor.execute(_UPSERT, [session.pk, session.title, plan, note, session.agent_id])
+
+
+def agent_renamed(agent: Agent) -> None:
+    """Index the agent's new name in all of its sessions' text (one statement; none of them
+    change when the name did not)."""
+    from tasks.models import SessionText
+
+    with transaction.atomic(savepoint=False):
+        SessionText.objects.filter(session__agent=agent).exclude(agent=agent.name).update(
+            agent=agent.name
+        )
+
+
+# -- the read path ----------------------------------------------------------------------------
+
+
+def find(sessions: QuerySet[Session], text: str, *, offset: int = 0, limit: int = 50) -> list[Hit]:
+    """Sessions among `sessions` (a filtered queryset: visibility, agent, state, dates, …)
+    matching `text`, best first, newest (updated_at desc, id desc) first on equal rank; the
+    page [offset, offset + limit). Raises BadQuery if `text` holds no word.
+
+    Bounded for common words: matches are read newest first, BATCH documents of each kind
+    at a time, for at most ROUNDS batches, and ranked among those read (module docstring).
+    A word in fewer than BATCH messages and BATCH sessions' own text is ranked in full."""
+    query = parse(text)
+    offset = max(0, min(int(offset), ROUNDS * BATCH * 2))
+    limit = max(0, min(int(limit), MAX_LIMIT))
+    if limit == 0:
+        return []
+    found = _search(sessions, query, wanted=offset + limit)
+    page = found[offset : offset + limit]
+    snippets = _snippets(
+        connections[sessions.db], query, [(f.session_id, f.message_id) for f in page]
+    )
+    return [Hit(f.session_id, f.rank, snippets.get(f.session_id)) for f in page]
+
+
+def count(sessions: QuerySet[Session], text: str) -> int:
+    """How many sessions among `sessions` match `text`. Exact for words in fewer than BATCH
+    messages and BATCH sessions' own text; for commoner words, capped: the sessions of the
+    newest ROUNDS × BATCH matching messages and session texts (at most 2 × ROUNDS × BATCH,
+    and never fewer than `find` pages through). Raises BadQuery if `text` holds no word."""
+    return len(_search(sessions, parse(text), wanted=None))
+
+
+@dataclass(frozen=True)
+class _Found:
+    session_id: int
+    rank: float
+    message_id: int | None  # the best matching message, if the best match is one
+    updated_at: object
+
+
+def _search(sessions: QuerySet[Session], query: Query, *, wanted: int | None) -> list[_Found]:
+    """The matching sessions among `sessions`, ranked: read BATCH documents of each kind at a
+    time, newest first, until `wanted` sessions are found (None: as many as ROUNDS allow)."""
+    db = connections[sessions.db]
+    reader = _PostgresReader(query) if db.vendor == "postgresql" else _SQLiteReader(query)
+    best: dict[int, tuple[float, int | None]] = {}
+    visible: dict[int, object] = {}
+    checked: set[int] = set()
+    with db.cursor() as cursor:
+        for _ in range(ROUNDS):
+            for session_id, rank, message_id in reader.batch(cursor):
+                if session_id not in best or rank < best[session_id][0]:
+                    best[session_id] = (rank, message_id)
+            unchecked = best.keys() - checked
+            checked |= unchecked
+            if unchecked:
+                visible.update(_among(sessions, db.vendor, unchecked))
+            if reader.exhausted or (wanted is not None and len(visible) >= wanted):
+                break
+    found = [_Found(pk, best[pk][0], best[pk][1], at) for pk, at in visible.items()]
+    # Best rank first; equal ranks newest first (two stable sorts).
+    found.sort(key=lambda f: (f.updated_at, f.session_id), reverse=True)
+    found.sort(key=lambda f: f.rank)
+    return found
+
+
+def _among(sessions: QuerySet[Session], vendor: str, ids: set[int]):
+    """(id, updated_at) of those of `ids` in `sessions`. The ids travel as one parameter (a
+    JSON array, a PostgreSQL array): a filter on thousands of ids costs the ORM several
+    milliseconds to compile."""
+    if vendor == "postgresql":
+        listed = RawSQL("SELECT unnest(%s::bigint[])", (sorted(ids),))
+    else:
+        listed = RawSQL("SELECT value FROM json_each(%s)", (f"[{','.join(map(str, ids))}]",))
+    return sessions.order_by().filter(pk__in=listed).values_list("pk", "updated_at")
+
+
+def _rank(tier: int, relevance: float) -> float:
+    """Smaller is better: a session's own text in (0, 1], its transcript in (1, 2]."""
+    return tier + 1.0 / (1.0 + max(0.0, relevance))
+
+
+class _Reader:
+    """Reads the matching documents of both kinds, newest first, a batch at a time: a session's
+    own text (tier 0) and messages (tier 1). Subclasses give the SQL: each statement takes
+    the query, an id to read below and a limit, and gives (document id, relevance score,
+    session id) rows."""
+
+    KINDS = (("sessions", 0), ("messages", 1))
+
+    def __init__(self, query: Query) -> None:
+        self.below = {kind: _NO_ID for kind, _ in self.KINDS}
+        self.done = {kind: False for kind, _ in self.KINDS}
+
+    @property
+    def exhausted(self) -> bool:
+        return all(self.done.values())
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        raise NotImplementedError
+
+    def relevance(self, score: float) -> float:
+        return score
+
+    def batch(self, cursor) -> list[tuple[int, float, int | None]]:
+        out: list[tuple[int, float, int | None]] = []
+        for kind, tier in self.KINDS:
+            if self.done[kind]:
+                continue
+            sql, params = self.statement(cursor, kind)
+            cursor.execute(sql, [*params, self.below[kind], BATCH])
+            rows = cursor.fetchall()
+            for pk, score, session_id in rows:
+                rank = _rank(tier, self.relevance(score))
+                out.append((session_id, rank, pk if kind == "messages" else None))
+            if len(rows) < BATCH:
+                self.done[kind] = True
+            else:
+                self.below[kind] = min(row[0] for row in rows)
+        return out
+
+
+class _SQLiteReader(_Reader):
+    """FTS5, read by rowid descending (the index's own order: a LIMIT stops it early).
+    Relevance is the tables' `rank`, bm25 with the weights the migration configured (≤ 0,
+    more negative is better). bm25 counts, for each query word, every row holding it (its
+    IDF): ~150 ms for a word in most of a million messages. So a kind whose documents hold
+    one of the words more than RANKED_BELOW times is read without it: its matches are then
+    equal, newest first (a probe of each word, reading ids only, tells: ~1 ms each)."""
+
+    TABLES = {"sessions": "search_session", "messages": "search_message"}
+    READ = {
+        "sessions": (
+            "SELECT rowid, {score}, rowid FROM search_session WHERE search_session MATCH %s "
+            "AND rowid < %s ORDER BY rowid DESC LIMIT %s"
+        ),
+        "messages": (
+            "SELECT f.rowid, f.score, m.session_id FROM ("
+            " SELECT rowid, {score} AS score FROM search_message WHERE search_message MATCH %s"
+            " AND rowid < %s ORDER BY rowid DESC LIMIT %s"
+            ") AS f JOIN tasks_message AS m ON m.id = f.rowid"
+        ),
+    }
+    PROBE = "SELECT COUNT(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH %s LIMIT %s)"
+
+    def __init__(self, query: Query) -> None:
+        super().__init__(query)
+        self.match = _fts5_query(query)
+        self.terms = self.match.split(" ")
+        self.ranked: dict[str, bool] = {}
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        if kind not in self.ranked:
+            self.ranked[kind] = self._rare(cursor, self.TABLES[kind])
+        score = "rank" if self.ranked[kind] else "0.0"
+        return self.READ[kind].format(score=score), [self.match]
+
+    def _rare(self, cursor, table: str) -> bool:
+        for term in self.terms:
+            cursor.execute(self.PROBE.format(table=table), [term, RANKED_BELOW + 1])
+            if cursor.fetchone()[0] > RANKED_BELOW:
+                return False
+        return True
+
+    def relevance(self, score: float) -> float:
+        return -score
+
+
+class _PostgresReader(_Reader):
+    """tsvector: ts_rank_cd (≥ 0, larger is better), computed for the batch's rows only (it
+    reads each row's vector, nothing global); weights {D, C, B, A}: A title and agent name,
+    B plan, C note. The planner reads the id index backwards for a common word and the GIN
+    index for a rare one."""
+
+    READ = {
+        "sessions": (
+            "SELECT b.session_id, ts_rank_cd('{0.05, 0.2, 0.4, 1.0}', b.search, b.q), "
+            "b.session_id FROM ("
+            " SELECT session_id, search, q FROM tasks_sessiontext, to_tsquery('simple', %s) AS q"
+            " WHERE search @@ q AND session_id < %s ORDER BY session_id DESC LIMIT %s"
+            ") AS b"
+        ),
+        "messages": (
+            "SELECT b.id, ts_rank_cd(b.search, b.q), b.session_id FROM ("
+            " SELECT id, session_id, search, q FROM tasks_message, to_tsquery('simple', %s) AS q"
+            " WHERE search @@ q AND id < %s ORDER BY id DESC LIMIT %s"
+            ") AS b"
+        ),
+    }
+
+    def __init__(self, query: Query) -> None:
+        super().__init__(query)
+        self.match = _tsquery(query)
+
+    def statement(self, cursor, kind: str) -> tuple[str, list]:
+        return self.READ[kind], [self.match]
+
+
+_NO_ID = 2**62  # above every id: the first batch reads from the newest
+
+
+def _fts5_query(query: Query) -> str:
+    """FTS5 syntax: each word a quoted string (no operator can be spelled inside quotes; the
+    words hold only letters and digits anyway), all required, the last a prefix."""
+    terms = [f'"{word}"' for word in query.words]
+    if query.prefix:
+        terms[-1] += "*"
+    return " ".join(terms)
+
+
+def _tsquery(query: Query) -> str:
+    """to_tsquery syntax: the words as typed (letters and digits only, so no operator),
+    ANDed, the last a prefix."""
+    terms = list(query.typed)
+    if query.prefix:
+        terms[-1] += ":*"
+    return " & ".join(terms)
+
+
+# -- snippets -------------------------------------------------------------------------------
+
+
+def _snippets(db, query: Query, rows: list[tuple[int, int | None]]) -> dict[int, Snippet]:
+    """The page's snippets: from the best message of a session found by its transcript, else
+    from the first of its title, agent, plan and note that holds a word searched for."""
+    from tasks.models import SessionText
+
+    if not rows:
+        return {}
+    message_ids = [message_id for _, message_id in rows if message_id is not None]
+    texts: dict[int, str] = {}
+    if message_ids:
+        with db.cursor() as cursor:
+            marks = ", ".join(["%s"] * len(message_ids))
+            cursor.execute(
+                f"SELECT id, substr(text, 1, {INDEXED_CHARS}) FROM tasks_message "  # noqa: S608
+                f"WHERE id IN ({marks})",
+                message_ids,
+            )
+            texts = dict(cursor.fetchall())
+    own = {
+        row["session_id"]: row
+        for row in SessionText.objects.using(db.alias)
+        .filter(session_id__in=[s for s, m in rows if m is None])
+        .values("session_id", "title", "agent", "plan", "note")
+    }
+    snippets = {}
+    for session_id, message_id in rows:
+        found = None
+        if message_id is not None:
+            found = snippet("transcript", texts.get(message_id, ""), query)
+        elif session_id in own:
+            row = own[session_id]
+            for field in ("title", "agent", "plan", "note"):
+                found = snippet(field, row[field][:INDEXED_CHARS], query)
+                if found is not None:
+                    break
+        if found is not None:
+            snippets[session_id] = found
+    return snippets
+
+
+def snippet(field: str, text: str, query: Query) -> Snippet | None:
+    """An excerpt of `text` around its first word matching `query`, whitespace collapsed,
+    with the ranges of every matching word in it; None if no word matches."""
+    first = next((m for m in _WORD.finditer(text) if query.matches(m.group())), None)
+    if first is None:
+        return None
+    start = max(0, first.start() - SNIPPET_BEFORE)
+    if start > 0:
+        # Start at a word, not inside one.
+        space = text.rfind(" ", start, first.start())
+        start = space + 1 if space >= 0 else first.start()
+    window = _SPACES.sub(" ", text[start : start + SNIPPET_CHARS * 2]).strip()
+    lead = "…" if start > 0 else ""
+    cut = len(window) > SNIPPET_CHARS or start + SNIPPET_CHARS * 2 < len(text)
+    if len(window) > SNIPPET_CHARS:
+        window = window[:SNIPPET_CHARS]
+        space = window.rfind(" ")
+        if space > SNIPPET_CHARS // 2:
+            window = window[:space]
+    shown = lead + window + ("…" if cut else "")
+    ranges = tuple((m.start(), m.end()) for m in _WORD.finditer(shown) if query.matches(m.group()))
+    return Snippet(field, shown, ranges)
+
+
+# -- the index's upkeep -----------------------------------------------------------------------
+
+
+def ensure_triggers(*, using: str = "default", **_: object) -> None:
+    """After a migrate (post_migrate): re-create the SQLite triggers that keep the indexes, if
+    a migration rebuilt a table and so dropped them (SQLite alters most columns by copying
+    the table). Rows keep their ids in such a copy, so the index still holds them."""
+    db = connections[using]
+    if db.vendor != "sqlite":
+        return
+    with db.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('search_session', 'search_message')"
+        )
+        if cursor.fetchone()[0] != 2:
+            return  # not migrated this far (or migrated back)
+        for statement in importlib.import_module("tasks.migrations.0016_search").SQLITE_TRIGGERS:
+            cursor.execute(statement)
