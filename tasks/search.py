@@ -16,7 +16,7 @@ then the plan, then the note) orders them, and equal ranks go newest first.
 
 Bounds, so that a query answers in tens of milliseconds over a million messages however
 common its words: matches are read newest first (by id, the indexes' own order), BATCH of
-each kind at a time, and ranked once a page is filled (or ROUNDS batches are read). A word
+each kind, then (if a page is not filled yet) up to ROUNDS × BATCH in all, and ranked. A word
 found in fewer than BATCH messages and BATCH sessions' own text (nearly every word people
 search for) is ranked in full; a commoner one is ranked among its newest matches only, and
 `count` then says how many of those match (a lower bound). Only the first INDEXED_CHARS
@@ -53,10 +53,10 @@ MIN_PREFIX_CHARS = 3
 # message or note (migration 0016). A tsvector over a megabyte of text raises, and would
 # fail the write path; FTS5 would index it, at a cost every push of it would pay.
 INDEXED_CHARS = 20_000
-# Matches are read newest first, BATCH of each kind (messages, session texts) at a time,
-# until a page is filled, for at most ROUNDS batches (module docstring).
-BATCH = 1_000
-ROUNDS = 5
+# Matches are read newest first: BATCH of each kind (messages, session texts), then, if a
+# page is not filled, up to ROUNDS × BATCH in all (module docstring).
+BATCH = 500
+ROUNDS = 4
 # SQLite ranks a kind of document by relevance only while each query word is in at most
 # this many of them (_SQLiteReader says why).
 RANKED_BELOW = 2_000
@@ -181,9 +181,10 @@ def find(sessions: QuerySet[Session], text: str, *, offset: int = 0, limit: int 
     matching `text`, best first, newest (updated_at desc, id desc) first on equal rank; the
     page [offset, offset + limit). Raises BadQuery if `text` holds no word.
 
-    Bounded for common words: matches are read newest first, BATCH documents of each kind
-    at a time, for at most ROUNDS batches, and ranked among those read (module docstring).
-    A word in fewer than BATCH messages and BATCH sessions' own text is ranked in full."""
+    Bounded for common words: matches are read newest first, BATCH documents of each kind,
+    then up to ROUNDS × BATCH if the page needs more, and ranked among those read (module
+    docstring). A word in fewer than BATCH messages and BATCH sessions' own text is ranked
+    in full."""
     query = parse(text)
     offset = max(0, min(int(offset), ROUNDS * BATCH * 2))
     limit = max(0, min(int(limit), MAX_LIMIT))
@@ -214,16 +215,21 @@ class _Found:
 
 
 def _search(sessions: QuerySet[Session], query: Query, *, wanted: int | None) -> list[_Found]:
-    """The matching sessions among `sessions`, ranked: read BATCH documents of each kind at a
-    time, newest first, until `wanted` sessions are found (None: as many as ROUNDS allow)."""
+    """The matching sessions among `sessions`, ranked: BATCH documents of each kind read
+    newest first, then the rest of ROUNDS × BATCH unless `wanted` sessions are found
+    (None: all ROUNDS × BATCH at once)."""
     db = connections[sessions.db]
     reader = _PostgresReader(query) if db.vendor == "postgresql" else _SQLiteReader(query)
     best: dict[int, tuple[float, int | None]] = {}
     visible: dict[int, object] = {}
     checked: set[int] = set()
+    # A first batch fills most pages; what more is read is read at once (on PostgreSQL each
+    # read of a word's matches costs about the same however few of them it keeps).
+    sizes = [BATCH, BATCH * (ROUNDS - 1)] if wanted is not None else [BATCH * ROUNDS]
+    sizes = [size for size in sizes if size > 0]
     with db.cursor() as cursor:
-        for _ in range(ROUNDS):
-            for session_id, rank, message_id in reader.batch(cursor):
+        for size in sizes:
+            for session_id, rank, message_id in reader.batch(cursor, size):
                 if session_id not in best or rank < best[session_id][0]:
                     best[session_id] = (rank, message_id)
             unchecked = best.keys() - checked
@@ -277,18 +283,18 @@ class _Reader:
     def relevance(self, score: float) -> float:
         return score
 
-    def batch(self, cursor) -> list[tuple[int, float, int | None]]:
+    def batch(self, cursor, size: int) -> list[tuple[int, float, int | None]]:
         out: list[tuple[int, float, int | None]] = []
         for kind, tier in self.KINDS:
             if self.done[kind]:
                 continue
             sql, params = self.statement(cursor, kind)
-            cursor.execute(sql, [*params, self.below[kind], BATCH])
+            cursor.execute(sql, [*params, self.below[kind], size])
             rows = cursor.fetchall()
             for pk, score, session_id in rows:
                 rank = _rank(tier, self.relevance(score))
                 out.append((session_id, rank, pk if kind == "messages" else None))
-            if len(rows) < BATCH:
+            if len(rows) < size:
                 self.done[kind] = True
             else:
                 self.below[kind] = min(row[0] for row in rows)

@@ -376,3 +376,10 @@ def test_a_word_too_common_to_rank_keeps_own_text_first_and_the_rest_newest_firs
     assert found("routine") == ["titled", "older", "newer"]  # by relevance
     monkeypatch.setattr(search, "RANKED_BELOW", 0)  # every word is "common"
     assert found("routine") == ["titled", "newer", "older"]
+
+
+def test_out_of_range_paging_is_clamped(client, agent):
+    said(client, agent, "paging probe", context="p")
+    assert found("probe", offset=-5, limit=10**12) == ["p"]
+    assert found("probe", offset=10**30) == []
+    assert found("probe", limit=-1) == []

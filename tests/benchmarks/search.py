@@ -116,15 +116,10 @@ class Text:
     def __init__(self, rng: random.Random, words: list[str]) -> None:
         self.rng, self.words = rng, words
         self.cumulative = list(itertools.accumulate(1 / rank for rank in range(1, len(words) + 1)))
-        self.pool: list[str] = []
-
-    def _word(self) -> str:
-        if not self.pool:
-            self.pool = self.rng.choices(self.words, cum_weights=self.cumulative, k=200_000)
-        return self.pool.pop()
 
     def sentence(self, low: int, high: int) -> str:
-        words = [self._word() for _ in range(self.rng.randint(low, high))]
+        count = self.rng.randint(low, high)
+        words = self.rng.choices(self.words, cum_weights=self.cumulative, k=count)
         return " ".join(words).capitalize() + "."
 
 
