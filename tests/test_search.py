@@ -332,12 +332,20 @@ def test_a_word_in_more_messages_than_it_reads_is_ranked_among_the_newest(
 def test_migrating_fills_the_index_from_what_is_stored(client):
     from django.db.migrations.executor import MigrationExecutor
 
+    before = [("tasks", "0015_notification_channels")]
     executor = MigrationExecutor(connection)
-    executor.migrate([("tasks", "0015_notification_channels")])
+    executor.migrate(before)
     try:
-        agent = make_agent(name="Backfiller")
-        session = Session.objects.create(
-            agent=agent.agent, context_id="old", title="Archived cleanup", updated_at=NOW
+        # The models as they were then: later migrations add columns today's models have.
+        old = executor.loader.project_state(before).apps
+        agent = old.get_model("tasks", "Agent").objects.create(
+            name="Backfiller",
+            card_url="http://agent.test/.well-known/agent-card.json",
+            rpc_url="http://agent.test/a2a/jsonrpc",
+            protocol_version="1.0",
+        )
+        session = old.get_model("tasks", "Session").objects.create(
+            agent=agent, context_id="old", title="Archived cleanup", updated_at=NOW
         )
         with connection.cursor() as cursor:
             cursor.execute(
