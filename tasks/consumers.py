@@ -25,6 +25,9 @@ def groups_for(user, session_id: int | None) -> list[str]:
     return sorted(groups)
 
 
+RECENT_VERSIONS = 4
+
+
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     # No channel of its own: hints come through the process's listener (fanout.py), so a
     # socket costs the channel layer nothing. An alias that names no layer says exactly that.
@@ -32,7 +35,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         broadcast.use_loop(asyncio.get_running_loop())
-        self.forwarded: dict[int, str] = {}  # session → the last version sent to this browser
+        # session → the last few versions sent to this browser (RECENT_VERSIONS)
+        self.forwarded: dict[int, tuple[str, ...]] = {}
         self.joined: list[str] = []
         self.watched: access.Watched | None = None
         self.revoked = False
@@ -92,12 +96,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def deliver(self, event: dict) -> None:
         """A hint from this process's listener. Team groups overlap with the session group,
         so the same hint often arrives twice: forward it once (the browser would drop the
-        repeat, but only after paying for it)."""
+        repeat, but only after paying for it). The copies of a notice and of a snapshot can
+        interleave (notice, snapshot, notice): a few versions are remembered, not one."""
         if self.revoked:
             return
-        if self.forwarded.get(event["session"]) == event["version"]:
+        sent = self.forwarded.get(event["session"], ())
+        if event["version"] in sent:
             return
         if len(self.forwarded) > 1_000:
             self.forwarded.clear()
-        self.forwarded[event["session"]] = event["version"]
+        self.forwarded[event["session"]] = (*sent[-(RECENT_VERSIONS - 1) :], event["version"])
         await self.send(text_data=event["text"])  # encoded once, by broadcast.wire

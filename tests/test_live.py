@@ -207,3 +207,37 @@ def test_a_session_page_hears_each_change_once_though_it_joins_two_groups(alice,
 
     first, nothing_more = run(scenario)
     assert first["revision"] == 2 and nothing_more
+
+
+def test_a_notice_heard_through_two_groups_reaches_the_page_once_with_a_change_between(
+    alice, ops
+):
+    """The copies of a notice (team group, session group) can arrive either side of a card
+    change: the page still hears the notice once, and the change."""
+    from channels.layers import get_channel_layer
+
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1, text="Start"))
+    session = Session.objects.get()
+    notice = {"type": "notifications.changed", "session": session.pk, "notified": "10:00"}
+    change = {"type": "card.changed", "session": session.pk, "revision": 9, "updatedAt": "x"}
+
+    async def scenario():
+        cookie = await sync_to_async(cookie_for)(alice)
+        communicator = socket(ORIGIN, cookie, path=f"/ws/live/?session={session.pk}")
+        assert (await communicator.connect())[0]
+        layer = get_channel_layer()
+        for group, message in [
+            (broadcast.team_group(ops.pk), notice),
+            (broadcast.session_group(session.pk), change),
+            (broadcast.session_group(session.pk), notice),
+        ]:
+            await layer.group_send(group, {**broadcast.wire(message), "group": group})
+        heard = [await communicator.receive_json_from(timeout=5)]
+        while not await communicator.receive_nothing(timeout=0.3):
+            heard.append(await communicator.receive_json_from(timeout=5))
+        await communicator.disconnect()
+        return heard
+
+    heard = run(scenario)
+    assert [("notified" in m, m.get("revision")) for m in heard] == [(True, None), (False, 9)]
