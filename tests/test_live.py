@@ -209,9 +209,7 @@ def test_a_session_page_hears_each_change_once_though_it_joins_two_groups(alice,
     assert first["revision"] == 2 and nothing_more
 
 
-def test_a_notice_heard_through_two_groups_reaches_the_page_once_with_a_change_between(
-    alice, ops
-):
+def test_a_notice_heard_through_two_groups_reaches_the_page_once_with_a_change_between(alice, ops):
     """The copies of a notice (team group, session group) can arrive either side of a card
     change: the page still hears the notice once, and the change."""
     from channels.layers import get_channel_layer
