@@ -7,8 +7,9 @@ browser, and photographs, with the example agent's approval waiting: the monitor
 1440 px in the light and the dark theme, a session page at 1440 px and on a 390 px phone, and
 the wall display at 1920 x 1080, and the session page again with desktop notifications
 turned on and the demo team's webhook told (a loopback receiver stands in for it,
-ONLOOKER_DEMO_WEBHOOK), overwriting docs/{monitoring,monitoring-dark,session,phone,wall,
-notified}.png."""
+ONLOOKER_DEMO_WEBHOOK); then, once the demo's sessions have moved on, a search of the
+monitoring screen, a session's timeline, the cost panel and an agent's page; overwriting
+docs/{monitoring,monitoring-dark,session,phone,wall,notified,search,timeline,usage,agent}.png."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +38,10 @@ SHOTS = (
     "phone.png",
     "wall.png",
     "notified.png",
+    "search.png",
+    "timeline.png",
+    "usage.png",
+    "agent.png",
 )
 
 
@@ -150,6 +156,44 @@ def shoot(url: str, password: str) -> None:
         expect(page.locator("[data-notify-toggle]")).to_have_attribute("aria-pressed", "true")
         expect(page.locator("[data-notified] .notified-sent").first).to_be_visible(timeout=20_000)
         page.screenshot(path=OUT / "notified.png")
+
+        # Approve the release, so it deploys, finishes and reports what it cost.
+        page.locator('[data-answer-form] button[value="approve"]').first.click()
+        history = browser.new_context(
+            viewport={"width": 1440, "height": 900}, storage_state=logged_in
+        )
+        page = history.new_page()
+        deadline = time.monotonic() + 60
+        while True:
+            page.goto(url + "/?usage=7")
+            if "reported cost" not in page.locator("[data-usage]").inner_text():
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("the approved release never reported its cost")
+            time.sleep(1)
+        page.locator("[data-usage]").screenshot(path=OUT / "usage.png")
+        page.goto(url + "/?q=release+deploy")
+        expect(page.locator(".results-list mark").first).to_be_visible()
+        page.screenshot(path=OUT / "search.png")
+        tall = browser.new_context(
+            viewport={"width": 1440, "height": 2400}, storage_state=logged_in
+        )
+        page = tall.new_page()
+        page.goto(session_url)
+        timeline = page.locator("[data-timeline]")
+        expect(timeline).to_be_visible()
+        for attempt in range(10):  # a live refetch may replace it mid-shot: take it again
+            try:
+                timeline.screenshot(path=OUT / "timeline.png")
+                break
+            except PlaywrightError:
+                if attempt == 9:
+                    raise
+                time.sleep(1)
+        page.goto(session_url)
+        page.locator("a[href^='/agents/']").first.click()
+        expect(page.locator("[data-agent-page]")).to_be_visible()
+        page.screenshot(path=OUT / "agent.png", full_page=True)
         browser.close()
 
 
