@@ -127,7 +127,14 @@ def card_written(session: Session, card: Card | None) -> None:
 def answered(interaction: Interaction, *, at: datetime) -> None:
     """The agent confirmed a person's decision (`interaction` as claimed: its answer and
     who made it loaded)."""
-    user = interaction.answered_by
+    _decision(interaction, interaction.answered_by, at, interaction.decision_name, False)
+
+
+def dismissed(interaction: Interaction, user: Any, *, at: datetime, because: str) -> None:
+    _decision(interaction, user, at, f"dismissed: {because}", True)
+
+
+def _decision(interaction: Interaction, user: Any, at: datetime, answer: str, dismissed: bool):
     TimelineEntry.objects.create(
         session_id=interaction.task.session_id,
         task_id=interaction.task_id,
@@ -136,27 +143,10 @@ def answered(interaction: Interaction, *, at: datetime) -> None:
         actor=user,
         data={
             "by": _short(user.get_username()) if user else None,
-            "answer": _short(interaction.decision_name),
+            "answer": _short(answer),
             "interaction": interaction.pk,
             "interactionId": _short(interaction.interaction_id),
-            "dismissed": False,
-        },
-    )
-
-
-def dismissed(interaction: Interaction, user: Any, *, at: datetime, because: str) -> None:
-    TimelineEntry.objects.create(
-        session_id=interaction.task.session_id,
-        task_id=interaction.task_id,
-        at=at,
-        kind=Kind.ANSWER,
-        actor=user,
-        data={
-            "by": _short(user.get_username()),
-            "answer": _short(f"dismissed: {because}"),
-            "interaction": interaction.pk,
-            "interactionId": _short(interaction.interaction_id),
-            "dismissed": True,
+            "dismissed": dismissed,
         },
     )
 

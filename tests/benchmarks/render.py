@@ -27,13 +27,10 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 from tests.benchmarks.workspace import Workspace
-from tests.processes import ROOT
 
 DESCRIPTION = "CPU ms per session of fragments.render (card, tile, summary, sidebar row)"
 
@@ -61,19 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--rounds and --copies ≥ 1, please")
     database_url = os.environ.get("DATABASE_URL", "").strip()
     with Workspace(database_url, database=BENCH_DATABASE) as workspace:
-        env = workspace.onlooker_env()
         print(f"render: {workspace.description}; migrating…", flush=True)
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            timeout=300,
-        )
-        os.environ.update(env)
-        import django
-
-        django.setup()
+        workspace.set_up_here()
         from django.db import connections
 
         try:

@@ -28,13 +28,10 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 from tests.benchmarks.workspace import Workspace
-from tests.processes import ROOT
 
 DESCRIPTION = "ms per search.find / search.count over 100,000 sessions and 1,000,000 messages"
 
@@ -67,19 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--sessions, --messages and --rounds ≥ 1, please")
     database_url = os.environ.get("DATABASE_URL", "").strip()
     with Workspace(database_url, database=BENCH_DATABASE) as workspace:
-        env = workspace.onlooker_env()
         print(f"search: {workspace.description}; migrating…", flush=True)
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            timeout=300,
-        )
-        os.environ.update(env)
-        import django
-
-        django.setup()
+        workspace.set_up_here()
         from django.db import connections
 
         try:
