@@ -329,12 +329,27 @@ class _SQLiteReader(_Reader):
         self.match = _fts5_query(query)
         self.terms = self.match.split(" ")
         self.ranked: dict[str, bool] = {}
+        self.prefix_settled = not query.prefix
 
     def statement(self, cursor, kind: str) -> tuple[str, list]:
+        if not self.prefix_settled:
+            self._settle_prefix(cursor)
         if kind not in self.ranked:
             self.ranked[kind] = self._rare(cursor, self.TABLES[kind])
         score = "rank" if self.ranked[kind] else "0.0"
         return self.READ[kind].format(score=score), [self.match]
+
+    def _settle_prefix(self, cursor) -> None:
+        """FTS5 matches a prefix by merging, in memory, the rows of every indexed word that
+        starts with it, before reading any: ~100 ms when the word as typed is itself in most
+        of a million messages. Such a word is searched for as the whole word: its own
+        newest matches fill any page (a longer word only it begins is then not found)."""
+        self.prefix_settled = True
+        whole = self.terms[-1].removesuffix("*")
+        cursor.execute(self.PROBE.format(table="search_message"), [whole, RANKED_BELOW + 1])
+        if cursor.fetchone()[0] > RANKED_BELOW:
+            self.terms[-1] = whole
+            self.match = " ".join(self.terms)
 
     def _rare(self, cursor, table: str) -> bool:
         for term in self.terms:

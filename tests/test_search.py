@@ -386,6 +386,20 @@ def test_a_word_too_common_to_rank_keeps_own_text_first_and_the_rest_newest_firs
     assert found("routine") == ["titled", "newer", "older"]
 
 
+def test_a_typed_word_too_common_to_merge_as_a_prefix_is_searched_as_the_whole_word(
+    client, agent, monkeypatch
+):
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL reads a prefix from its index; FTS5 merges it in memory")
+    said(client, agent, "deploy started", context="whole")
+    said(client, agent, "deploy again", context="again")
+    said(client, agent, "deployment done", context="longer")
+    assert found("deploy") == ["longer", "again", "whole"]  # a prefix: all three
+    monkeypatch.setattr(search, "RANKED_BELOW", 1)  # "deploy" is now in too many messages
+    assert found("deploy") == ["again", "whole"]
+    assert found("deplo") == ["longer", "again", "whole"]  # "deplo" alone is in none
+
+
 def test_out_of_range_paging_is_clamped(client, agent):
     said(client, agent, "paging probe", context="p")
     assert found("probe", offset=-5, limit=10**12) == ["p"]
