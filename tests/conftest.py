@@ -27,6 +27,21 @@ pytest_plugins = ["tests.refusing"]
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On PostgreSQL the real-browser tests join the slow set: what a person sees does not
+    depend on the database, the README's test command already runs them on the embedded
+    default, and .ci/run runs them again on PostgreSQL + Redis with the other slow checks.
+    Run twice in the README's command they took it past its four minutes."""
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        return
+    for item in items:
+        if item.nodeid.startswith("tests/browser/"):
+            item.add_marker(pytest.mark.slow)
+
+
 @dataclass
 class RegisteredAgent:
     agent: Agent
