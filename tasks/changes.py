@@ -12,9 +12,10 @@ Sessions are created only by `open_session`.
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime
 
-from django.db import OperationalError
+from django.db import OperationalError, connection
 
 from tasks import cards, fragments, prepared, search
 from tasks import timeline as history
@@ -23,17 +24,47 @@ from tasks.models import Agent, Session
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
 
 
+class Held(OperationalError):
+    """Another transaction is creating this session: try again once it has committed."""
+
+
 def held(error: OperationalError) -> bool:
-    """Whether a `nowait` lock failed because another transaction holds the row."""
-    return getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+    """Whether a `nowait` lock failed because another transaction holds the row (or is
+    creating it)."""
+    return isinstance(error, Held) or getattr(error.__cause__, "sqlstate", None) == (
+        LOCK_NOT_AVAILABLE
+    )
 
 
 def open_session(agent: Agent, context_id: str, *, at: datetime, nowait: bool = False) -> Session:
     """The agent's session for a context, created if new, locked."""
-    session, _ = Session.objects.get_or_create(
-        agent=agent, context_id=context_id, defaults={"updated_at": at}
-    )
+    session = Session.objects.filter(agent=agent, context_id=context_id).first()
+    if session is None:
+        _creating(agent, context_id, nowait=nowait)
+        session, _ = Session.objects.get_or_create(
+            agent=agent, context_id=context_id, defaults={"updated_at": at}
+        )
     return lock(session.pk, nowait=nowait)
+
+
+def _creating(agent: Agent, context_id: str, *, nowait: bool) -> None:
+    """On PostgreSQL, one transaction at a time creates a given session: a second one's
+    INSERT would wait on the first's uncommitted row in the unique index, and two appliers
+    each creating a session and a task the other had just created deadlocked. An advisory
+    lock on (agent, context) for the rest of the transaction: `nowait` raises Held (the
+    applier defers the delivery) rather than wait. A hash collision only serializes two
+    creations that needed not be."""
+    if connection.vendor != "postgresql":
+        return  # SQLite has one writer at a time
+    agent_key = agent.pk % 2**31  # both int4
+    key = zlib.crc32(context_id.encode("utf-8", "surrogatepass")) - 2**31
+    with connection.cursor() as cursor:
+        if nowait:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [agent_key, key])
+            if not cursor.fetchone()[0]:
+                raise Held(f"session {context_id!r} of agent {agent.pk} is being created")
+        else:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [agent_key, key])
 
 
 def lock(session_id: int, *, nowait: bool = False) -> Session:

@@ -22,8 +22,9 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from tasks import applier, fragments
+from tasks import applier, changes, fragments
 from tasks.models import Artifact, Delivery, Message, Session, SessionView, Task
 from tests.builders import artifact, status
 from tests.conftest import make_agent, push
@@ -252,6 +253,48 @@ def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(ke
     assert states == {"t-busy": "TASK_STATE_SUBMITTED", "t-free": "TASK_STATE_WORKING"}
     assert applier.drain() == 1
     assert Task.objects.get(task_id="t-busy").state == "TASK_STATE_WORKING"
+
+
+def test_a_session_another_process_is_creating_defers_its_deliveries_rather_than_wait(
+    kept_only, caplog
+):
+    """Two appliers each creating a session (and a task) the other had just created waited
+    on each other's uncommitted rows in the unique indexes: a deadlock, and a failed apply."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
+    registered = make_agent()
+    for context in ("new", "free"):
+        push(Client(), registered, status("WORKING", task=f"t-{context}", context=context))
+    holding, release = threading.Event(), threading.Event()
+
+    def another_process_creating_new() -> None:
+        try:
+            with transaction.atomic():
+                changes.open_session(registered.agent, "new", at=timezone.now())
+                holding.set()
+                release.wait(3)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=another_process_creating_new)
+    other.start()
+    try:
+        assert holding.wait(10)
+        started = time.monotonic()
+        batch = applier.apply_batch()
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        other.join(10)
+
+    assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (2, 1, 1, 0)
+    assert waited < 2, "the batch waited for the other process's new session"
+    assert applier.drain() == 1
+    assert dict(Task.objects.values_list("task_id", "state")) == {
+        "t-new": "TASK_STATE_WORKING",
+        "t-free": "TASK_STATE_WORKING",
+    }
+    assert Session.objects.filter(context_id="new").count() == 1
 
 
 def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kept_only):
