@@ -5,14 +5,11 @@ a real a2a-sdk agent on loopback whose card can change."""
 from __future__ import annotations
 
 import re
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import (
@@ -104,17 +101,7 @@ class CardAgent:
                 *create_agent_card_routes(card, card_modifier=as_now),
             ]
         )
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                pytest.fail("the a2a-sdk agent did not start")
-            time.sleep(0.01)
+        self._served = approval_agent.ServedInThread(app, self.port)
 
     @property
     def card_url(self) -> str:
@@ -167,8 +154,7 @@ class CardAgent:
         return self.rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}).get("configs", [])
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=5)
+        self._served.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,9 @@ recording server that must never hear from Onlooker.
 from __future__ import annotations
 
 import io
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
@@ -71,17 +68,7 @@ class MovableAgent:
                 self.seen.append((scope["method"], scope["path"], headers))
             await app(scope, receive, send)
 
-        config = uvicorn.Config(
-            recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                pytest.fail("the a2a-sdk agent did not start")
-            time.sleep(0.01)
+        self._served = approval_agent.ServedInThread(recording, self.port)
 
     @property
     def rpc_url(self) -> str:
@@ -98,8 +85,7 @@ class MovableAgent:
         return [headers for method, _, headers in self.seen if method == "POST"]
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=5)
+        self._served.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -300,3 +302,25 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class ServedInThread:
+    """An ASGI app served by uvicorn on a loopback port in a thread of the test process:
+    started when made, `stop()` to end it."""
+
+    def __init__(self, app, port: int) -> None:
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the a2a-sdk agent did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
