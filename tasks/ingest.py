@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import cards, changes, json_safety, message_parts, profile, timeline, usage
+from tasks import cards, changes, json_safety, message_parts, prepared, profile, timeline, usage
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -121,7 +121,7 @@ def _keep(
     agent_id: int, endpoint: PushEndpoint | None, key: str, body: bytes, event: p.Event
 ) -> Delivery:
     """The delivery row, pending; its unique (agent, key) refuses a second copy."""
-    return Delivery.objects.create(
+    delivery = Delivery(
         agent_id=agent_id,
         endpoint=endpoint,
         idempotency_key=key,
@@ -130,6 +130,8 @@ def _keep(
         task_id=event.task_id,
         body=body.decode(),
     )
+    prepared.insert(delivery)  # Delivery.objects.create(), its INSERT made once
+    return delivery
 
 
 def _duplicate(agent_id: int, key: str) -> Result | None:
@@ -151,6 +153,8 @@ class Locked:
         self.sessions: dict[int, Session] = {}
         self.tasks: dict[tuple[int, str], Task] = {}
         self._held: set[tuple[int, str]] = set()
+        # (agent, task id) → session id, for the tasks `preload` found.
+        self.session_of: dict[tuple[int, str], int] = {}
         self.forgot = False
         # The batch's timeline entries, inserted together once it is applied (applier.py).
         self.timeline = timeline.Pending()
@@ -165,7 +169,7 @@ class Locked:
         wanted = {(d.agent_id, d.task_id) for d in deliveries if d.task_id}
         if not wanted:
             return
-        sessions_of = {
+        self.session_of = sessions_of = {
             (agent_id, task_id): session_id
             for agent_id, task_id, session_id in Task.objects.filter(
                 agent_id__in={a for a, _ in wanted}, task_id__in={t for _, t in wanted}
@@ -494,7 +498,7 @@ class _Applier:
             task.status_timestamp = status.timestamp or task.status_timestamp
             task.status_received_at = self.now
             task.status_message = status.message.text if status.message else ""
-        task.save()
+        prepared.update(task)  # task.save(), its UPDATE made once
         return _OUTCOMES[placement]
 
     def _effects(self, task: Task, metadatas: tuple[dict, ...]) -> None:
@@ -618,21 +622,19 @@ class _Applier:
             if first is not None and first.at <= at:
                 at = first.at - timedelta(microseconds=1)
         # A message already in the transcript (a snapshot repeating history) is skipped.
-        Message.objects.bulk_create(
-            [
-                Message(
-                    session=session,
-                    task=task,
-                    message_id=message.message_id,
-                    role=message.role,
-                    text=text,
-                    at=at,
-                    estimated_time=estimated,
-                    card_update=card_update,
-                    parts=parts,
-                    files=files,
-                )
-            ],
+        prepared.insert(
+            Message(
+                session=session,
+                task=task,
+                message_id=message.message_id,
+                role=message.role,
+                text=text,
+                at=at,
+                estimated_time=estimated,
+                card_update=card_update,
+                parts=parts,
+                files=files,
+            ),
             ignore_conflicts=True,
         )
         if not session.title and message.role == Message.Role.USER and text.strip():

@@ -7,7 +7,9 @@ whose card is unchanged, 1.9 ms with the ORM, 0.18 ms prepared). A `Prepared` re
 written as the QuerySet it stands for; the ORM compiles it once per database, and each call
 runs that SQL with the key and makes the rows into model instances the way the ORM's own
 iterator does (`from_db`, the database's and the fields' converters: JSON decoded, datetimes
-aware, annotations converted too). `update` is save() of a stored row, its UPDATE made once.
+aware, annotations converted too). `update` is save() of a stored row, its UPDATE made once;
+`insert` is save() of a new row, its INSERT made once (the push receiver's one write: the
+ORM's create() was most of what keeping a push cost beyond a bare endpoint).
 Use these only where a profile shows the ORM's overhead; everywhere else, the ORM.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from django.db import connections, router
 from django.db.models import Model, QuerySet
+from django.db.models.constants import OnConflict
 
 # Stands for the key while compiling: the params equal to it are where the key goes. No row
 # has this id.
@@ -163,4 +166,87 @@ def _update_statement(
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in targets)
     # Only quoted names from the model go into the text; every value is a parameter.
     sql = f"UPDATE {table} SET {assignments} WHERE {table}.{quote(meta.pk.column)} = %s"  # noqa: S608
+    return sql, targets
+
+
+def insert(instance: Model, *, ignore_conflicts: bool = False) -> None:
+    """`instance.save()` for a new row whose key the database assigns, with its INSERT made
+    once; the key is set on `instance` from the INSERT's RETURNING. `ignore_conflicts`: as
+    `bulk_create([instance], ignore_conflicts=True)`, a row that a unique constraint refuses
+    is skipped, and the key is not set. Values are converted as save() converts them
+    (`pre_save` with add=True, `get_db_prep_save`). Anything it does not cover (an expression
+    as a value, a field with its own placeholder or a database default, a database that
+    cannot return the key) is left to the ORM, so the outcome is the ORM's: a unique row
+    already stored raises IntegrityError."""
+    model = type(instance)
+    alias = router.db_for_write(model, instance=instance)
+    connection = connections[alias]
+    key = (model, alias, ignore_conflicts)
+    statement = _INSERTS.get(key)
+    if statement is None:
+        statement = _INSERTS[key] = _insert_statement(model, connection, ignore_conflicts)
+    sql, targets = statement
+    params = (
+        None
+        if sql is None or instance.pk is not None
+        else _insert_params(instance, targets, connection)
+    )
+    if params is None:
+        if ignore_conflicts:
+            model._base_manager.using(alias).bulk_create([instance], ignore_conflicts=True)
+        else:
+            instance.save(force_insert=True, using=alias)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = None if ignore_conflicts else cursor.fetchone()
+    if row is not None:
+        instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = alias
+
+
+def _insert_params(instance: Model, targets: tuple, connection) -> list | None:
+    params = []
+    for field in targets:
+        value = field.pre_save(instance, True)
+        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+            return None
+        value = field.get_db_prep_save(value, connection)
+        if hasattr(value, "as_sql"):
+            return None
+        params.append(value)
+    return params
+
+
+# By (model, database alias, ignore_conflicts): the INSERT (None: left to the ORM) and the
+# fields it writes.
+_INSERTS: dict[tuple, tuple[str | None, tuple]] = {}
+
+
+def _insert_statement(
+    model: type[Model], connection, ignore_conflicts: bool
+) -> tuple[str | None, tuple]:
+    meta = model._meta
+    pk = meta.pk
+    targets = tuple(f for f in meta.concrete_fields if f is not pk)
+    if (
+        pk not in meta.db_returning_fields
+        or not connection.features.can_return_columns_from_insert
+        or (ignore_conflicts and not connection.features.supports_ignore_conflicts)
+        or any(hasattr(f, "get_placeholder") or f.has_db_default() for f in targets)
+    ):
+        return None, targets
+    ops = connection.ops
+    table = ops.quote_name(meta.db_table)
+    columns = ", ".join(ops.quote_name(field.column) for field in targets)
+    values = ", ".join(["%s"] * len(targets))
+    if ignore_conflicts:
+        # INSERT OR IGNORE on SQLite, ON CONFLICT DO NOTHING on PostgreSQL: the ORM's words.
+        start = ops.insert_statement(on_conflict=OnConflict.IGNORE)
+        end = ops.on_conflict_suffix_sql(targets, OnConflict.IGNORE, None, None)
+    else:
+        start, end = "INSERT INTO", f"RETURNING {table}.{ops.quote_name(pk.column)}"
+    # Only quoted names from the model go into the text; every value is a parameter.
+    sql = f"{start} {table} ({columns}) VALUES ({values}) {end}".rstrip()  # noqa: S608
     return sql, targets

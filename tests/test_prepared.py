@@ -5,16 +5,16 @@ parameters."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.test import Client
 
 from tasks import prepared, profile
-from tasks.models import Card, Interaction, Session, Task
+from tasks.models import Card, Interaction, Message, Session, Task
 from tasks.prepared import Prepared
 from tests.builders import approval, progress, status
 from tests.conftest import push
@@ -105,3 +105,51 @@ def test_a_prepared_update_leaves_to_save_what_is_not_a_stored_row(token_agent):
         prepared.update(card, ("markdown",))
     prepared.update(card)  # as save() does: no row to update, so it is inserted
     assert stored(card)["markdown"] == card.markdown
+
+
+def test_a_prepared_insert_stores_what_save_stores_and_gives_back_the_key(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    session, task = Session.objects.get(), Task.objects.get()
+    at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+
+    def message(message_id: str) -> Message:
+        return Message(
+            session=session,
+            task=task,
+            message_id=message_id,
+            role=Message.Role.AGENT,
+            text="Line «one»\nline two",
+            at=at,
+            parts=[{"kind": "data", "data": {"n": 1.5, "ok": None}}],
+            files=[],
+        )
+
+    by_save, by_insert = message("m-save"), message("m-insert")
+    by_save.save()
+    prepared.insert(by_insert)
+
+    assert by_insert.pk is not None and by_insert.pk != by_save.pk
+    assert not by_insert._state.adding
+    stored = {m.message_id: m for m in Message.objects.filter(message_id__startswith="m-")}
+    assert fields([stored["m-insert"]]) == [
+        row | {"id": by_insert.pk, "message_id": "m-insert"} for row in fields([stored["m-save"]])
+    ]
+    assert stored["m-insert"].at == at and stored["m-insert"].parts[0]["data"]["n"] == 1.5
+
+
+def test_a_prepared_insert_refuses_a_unique_row_again_unless_told_to_skip_it(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    session = Session.objects.get()
+
+    def message() -> Message:
+        return Message(
+            session=session, message_id="m-1", role="agent", text="Hi", at=session.created_at
+        )
+
+    prepared.insert(message())
+    with pytest.raises(IntegrityError), transaction.atomic():
+        prepared.insert(message())
+    skipped = message()
+    prepared.insert(skipped, ignore_conflicts=True)  # as bulk_create(ignore_conflicts=True)
+    assert skipped.pk is None
+    assert Message.objects.filter(message_id="m-1").count() == 1
