@@ -16,8 +16,10 @@ waiting for SQLite's write lock while they render), and stored in a short second
 transaction; browsers are hinted after that commits (fragments.py says how nothing stale is
 ever shown meanwhile). A session another process is applying (its row is locked) is skipped,
 not waited for: its deliveries stay pending for the next batch, so one session is never
-applied by two processes at once and two appliers never deadlock. Under load, a small batch
-is followed by a short pause so the next one holds more (`drain`); a lone push never waits.
+applied by two processes at once and two appliers never deadlock. Under load, a thin batch
+(about one delivery per session) is followed by a rest so the next holds more of each
+session's (`drain`), and a batch whose time is up still finishes the sessions it began;
+a lone push never waits.
 
 A batch is tried whole, without a savepoint per delivery; if anything in it raises, it is
 rolled back and applied again one delivery at a time, each in a savepoint: a delivery whose
@@ -50,8 +52,10 @@ BATCH = 500  # deliveries claimed at once
 # A batch holds SQLite's one write lock while it runs, and every push's 2xx waits for that
 # lock: a batch stops taking more deliveries after this long.
 BATCH_SECONDS = 0.04
-# Under load, batches smaller than this are followed by a pause of GATHER_SECONDS (`drain`).
-GATHER_BELOW = 20
+OVERTIME = 3  # how far past BATCH_SECONDS a batch goes on finishing the sessions it began
+# Under load (a batch of several), a thin batch (fewer than DENSE deliveries per session) is
+# followed by a rest as long as it took, GATHER_SECONDS at least (`drain`).
+DENSE = 2
 GATHER_SECONDS = 0.02
 POLL_SECONDS = 1.0  # how often an idle applier looks for work nobody woke it for
 MAX_BACKOFF = timedelta(hours=1)
@@ -88,15 +92,23 @@ def writing() -> Iterator[None]:
 
 
 def apply_batch(
-    limit: int = BATCH, seconds: float | None = None, *, only: int | None = None
+    limit: int = BATCH,
+    seconds: float | None = None,
+    *,
+    only: int | None = None,
+    overtime: float | None = None,
 ) -> Batch:
     """Claim due pending deliveries and apply them, taking no more after `seconds` (default:
-    `BATCH_SECONDS` on SQLite, where a batch holds the one write lock; no limit elsewhere);
-    see the module's docstring."""
+    `BATCH_SECONDS` on SQLite, where a batch holds the one write lock; no limit elsewhere)
+    but those of sessions it began, for up to `overtime` seconds more (default: OVERTIME - 1
+    times `seconds`); see the module's docstring."""
     batch = Batch()
     postgresql = connection.vendor == "postgresql"
     if seconds is None and connection.vendor == "sqlite":
         seconds = BATCH_SECONDS
+    if seconds is not None and overtime is None:
+        overtime = (OVERTIME - 1) * seconds
+    until = None if seconds is None else (seconds, seconds + overtime)
     now = timezone.now()
     with writing(), transaction.atomic():
         due = _due() if only is None else _due().filter(pk=only)
@@ -109,13 +121,13 @@ def apply_batch(
             delivery.agent = agents[delivery.agent_id]
         try:
             with transaction.atomic():
-                changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql)
+                changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
         except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
             # One of its deliveries failed (or met a session another process holds):
             # that one is found, and kept for a retry, one delivery at a time.
             log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
             batch.applied = batch.failed = batch.deferred = 0
-            changed = _apply(claimed, batch, now, seconds=seconds, nowait=postgresql, alone=True)
+            changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
         if changed:
             fragments.mark_stale(list(changed))
         batch.sessions = set(changed)
@@ -135,7 +147,7 @@ def _apply(
     batch: Batch,
     now,
     *,
-    seconds: float | None,
+    until: tuple[float, float] | None,
     nowait: bool,
     alone: bool = False,
 ) -> dict[int, tuple[Session, int | None]]:
@@ -152,8 +164,19 @@ def _apply(
     done: list[Delivery] = []
     started = time.monotonic()
     for delivery in claimed:
-        if seconds is not None and time.monotonic() - started > seconds and by_session:
-            break  # the rest stay pending (and, once this commits, unlocked)
+        if until is not None and by_session and time.monotonic() - started > until[0]:
+            # Time is up, but a session's work after its deliveries (derive, render, store)
+            # costs several times one delivery: finish the sessions this batch has begun, so
+            # that work is shared by all of their claimed deliveries, and leave the others
+            # pending (and, once this commits, unlocked). Within limits: past until[1]
+            # seconds (OVERTIME × the time), or at a delivery whose session is not known yet (it may
+            # be one begun here: applying a later one first would reorder that session),
+            # the batch stops.
+            session_id = locked.session_of.get((delivery.agent_id, delivery.task_id))
+            if session_id is None or time.monotonic() - started > until[1]:
+                break
+            if session_id not in by_session:
+                continue
         if locked.held(delivery):
             batch.deferred += 1  # another process is applying its session
             continue
@@ -246,20 +269,27 @@ def retry_now(deliveries) -> int:
 def drain(*, gather: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> int:
     """Apply batches until nothing due is left; returns how many deliveries were applied.
 
-    `gather`: after a small batch of several deliveries (pushes are arriving faster than
-    one at a time, but each batch catches only a few), wait this long before the next, so
-    it holds more of them. A batch's cost is mostly per batch and per session (deriving,
-    rendering, storing fragments), not per delivery: tiny batches under load cost up to
-    five times the CPU per push, and with the receiver in the same process that CPU is
-    taken from acknowledging. A lone push never waits: its batch is one delivery."""
+    `gather`: after a thin batch of several deliveries (pushes are arriving faster than
+    one at a time, but the batch held fewer than `DENSE` per session), rest as long as the
+    batch took, and at least `gather`, before the next, so it holds more of each session's.
+    A batch's cost is mostly per session (deriving, rendering and storing fragments: several
+    times one delivery's), not per delivery: applied one or two at a time, pushes spread
+    over many sessions cost three times the CPU each, and with the receiver in the same
+    process that CPU is taken from acknowledging. Resting as long as it worked keeps the
+    applier to half the CPU while batches are thin; as pushes wait, batches thicken and the
+    rests stop, so a backlog does not grow without bound. A lone push never waits: its
+    batch is one delivery."""
     applied = waits = 0
     while True:
+        started = time.monotonic()
         batch = apply_batch()
+        took = time.monotonic() - started
         applied += batch.applied
         if batch.applied or batch.failed:
             waits = 0
-            if gather and 2 <= batch.claimed < GATHER_BELOW:
-                sleep(gather)
+            thin = batch.applied < DENSE * len(batch.sessions)
+            if gather and batch.claimed >= 2 and thin:
+                sleep(max(gather, took))
             continue
         # Nothing claimed, or only deliveries of sessions another process is applying. Due
         # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
@@ -298,7 +328,8 @@ background = Background()
 def start() -> None:
     """Start this process's applier if the settings say it runs here (the ASGI app calls
     this when it is loaded)."""
-    if settings.ONLOOKER_APPLIER == "background":
+    mode = settings.ONLOOKER_APPLIER
+    if mode == "background":
         background.start()
 
 

@@ -312,28 +312,105 @@ def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kep
     assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
 
 
-def test_under_load_the_applier_pauses_after_a_small_batch_so_the_next_holds_more(kept_only):
+def test_under_load_the_applier_rests_after_a_thin_batch_so_the_next_holds_more_of_each_session(
+    kept_only,
+):
     registered = make_agent()
-    pauses = []
+    rests = []
 
     def pushes_arrive_meanwhile(seconds: float) -> None:
-        pauses.append(seconds)
-        if len(pauses) == 1:
+        rests.append(seconds)
+        if len(rests) == 1:
             for second in range(3, 8):
-                push(Client(), registered, status("WORKING", at=second, text=f"step {second}"))
+                task = f"task-{second % 2}"
+                body = status("WORKING", task=task, context=task, at=second, text="on")
+                push(Client(), registered, body)
 
-    push(Client(), registered, status("WORKING", at=1, text="step 1"))
-    push(Client(), registered, status("WORKING", at=2, text="step 2"))
+    for number in range(2):
+        task = f"task-{number}"
+        push(Client(), registered, status("WORKING", task=task, context=task, at=number + 1))
+    started = time.monotonic()
     assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 7
+    took = time.monotonic() - started
 
-    # Two at once is load: a pause, then the five that came meanwhile in one batch (applied
-    # at one time); five is still a small batch, so a pause again; then nothing is left.
-    assert pauses == [0.02, 0.02]
+    # Two at once into two sessions is load, and thin (one per session): a rest of at least
+    # `gather`, no longer than the batch took. The five that came meanwhile went to those two
+    # sessions in one batch: thick enough, so no rest; then nothing was left.
+    assert len(rests) == 1 and 0.02 <= rests[0] <= took, rests
     times = Delivery.objects.order_by("pk").values_list("applied_at", flat=True)
     assert len(set(times[:2])) == 1 and len(set(times[2:])) == 1 and times[0] < times[2]
-    push(Client(), registered, status("WORKING", at=9, text="alone"))
+    push(Client(), registered, status("WORKING", task="task-0", context="task-0", at=9))
     assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 1
-    assert pauses == [0.02, 0.02], "a lone push waited"
+    assert len(rests) == 1, "a lone push waited"
+
+
+def test_a_thin_batch_rests_as_long_as_it_took(kept_only, monkeypatch):
+    registered = make_agent()
+    for number in range(3):
+        push(Client(), registered, status("WORKING", task=f"t-{number}", context=f"c-{number}"))
+    real_apply_batch = applier.apply_batch
+
+    def slow_apply_batch(*args, **kwargs):
+        time.sleep(0.1)  # a batch that took 0.1 s of work
+        return real_apply_batch(*args, **kwargs)
+
+    monkeypatch.setattr(applier, "apply_batch", slow_apply_batch)
+    rests = []
+    assert applier.drain(gather=0.02, sleep=rests.append) == 3
+    assert len(rests) == 1 and 0.1 <= rests[0] < 1.0, rests
+
+
+def test_a_batch_whose_time_is_up_finishes_the_sessions_it_began_and_leaves_the_others(
+    kept_only,
+):
+    registered = make_agent()
+    for task in ("a", "b"):  # two sessions that exist already
+        push(Client(), registered, status("WORKING", task=task, context=task, at=1))
+    applier.drain()
+    pushed = {}
+    for name, task, at in (("a2", "a", 2), ("b2", "b", 2), ("a3", "a", 3), ("a4", "a", 4)):
+        body = status("WORKING", task=task, context=task, at=at, text=name)
+        pushed[name] = accepted(push(Client(), registered, body))
+
+    # Time is up after the first delivery; the rest of the batch may take a minute.
+    batch = applier.apply_batch(seconds=0.0, overtime=60.0)
+
+    outcome = dict(Delivery.objects.filter(pk__in=pushed.values()).values_list("pk", "outcome"))
+    assert {name: outcome[pk] for name, pk in pushed.items()} == {
+        "a2": "applied",
+        "b2": "pending",
+        "a3": "applied",
+        "a4": "applied",
+    }
+    assert (batch.applied, len(batch.sessions)) == (3, 1)
+    assert Task.objects.get(task_id="a").status_message == "a4"
+    assert applier.apply_batch(seconds=0.0, overtime=60.0).applied == 1
+    assert Task.objects.get(task_id="b").status_message == "b2"
+
+
+def test_a_batch_whose_time_is_up_stops_at_a_delivery_whose_session_is_not_known_yet(
+    kept_only,
+):
+    registered = make_agent()
+    push(Client(), registered, status("WORKING", task="a", context="shared", at=1))
+    applier.drain()
+    pushed = {}
+    # A new task in the same context: its session is the one "a" is in, which the batch
+    # cannot know before applying it. Applying "a3" before it would reorder that session.
+    for name, task, at in (("a2", "a", 2), ("new", "n", 3), ("a3", "a", 4)):
+        body = status("WORKING", task=task, context="shared", at=at, text=name)
+        pushed[name] = accepted(push(Client(), registered, body))
+
+    applier.apply_batch(seconds=0.0, overtime=60.0)
+
+    outcome = dict(Delivery.objects.filter(pk__in=pushed.values()).values_list("pk", "outcome"))
+    assert [outcome[pushed[name]] for name in ("a2", "new", "a3")] == [
+        "applied",
+        "pending",
+        "pending",
+    ]
+    applier.drain()
+    assert set(Delivery.objects.values_list("outcome", flat=True)) == {"applied"}
 
 
 @pytest.fixture
