@@ -106,13 +106,15 @@ ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
 # How long a process keeps a push endpoint and its agent (credentials, team) in memory: a
 # deactivated endpoint or a changed secret takes effect within this many seconds everywhere.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, minimum=0)
-# Who applies received pushes (tasks/applier.py): a thread in each server process
+# Who applies received pushes (tasks/applier.py): a process started beside each server
+# process ("process", tasks/applier_process.py), a thread in each server process
 # ("background"), or only `manage.py apply_deliveries` ("external"); "inline" applies on the
 # request that received the push (the tests' mode).
-ONLOOKER_APPLIER = os.environ.get("ONLOOKER_APPLIER", "").strip() or "background"
-if ONLOOKER_APPLIER not in ("background", "external", "inline"):
+ONLOOKER_APPLIER = os.environ.get("ONLOOKER_APPLIER", "").strip() or "process"
+if ONLOOKER_APPLIER not in ("process", "background", "external", "inline"):
     raise ImproperlyConfigured(
-        f"ONLOOKER_APPLIER must be background, external or inline, not {ONLOOKER_APPLIER!r}"
+        "ONLOOKER_APPLIER must be process, background, external or inline,"
+        f" not {ONLOOKER_APPLIER!r}"
     )
 # Who sends team notifications (tasks/notify/sender.py): a thread in each server process
 # ("background"), or only `manage.py send_notifications` ("external").

@@ -30,21 +30,28 @@ it never stops the rest of its batch.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import IO
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import changes, fragments, ingest, protocol, usage
+from tasks import applier_process, changes, fragments, ingest, protocol, usage
 from tasks.models import Agent, Delivery, Session
 from tasks.worker import Loop
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: processes there take turns in SQLite's busy handler
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +85,11 @@ class Batch:
 
 # One writer at a time on SQLite: the receiver's insert and a batch take turns here, where a
 # waiter wakes the moment the other is done, rather than in SQLite's busy handler, which
-# sleeps in growing steps. PostgreSQL writers never wait for each other this way.
+# sleeps in growing steps (up to 100 ms at a time). Threads of a process take turns on a
+# lock, processes (the server and its applier process) on a lock file beside the database.
+# PostgreSQL writers never wait for each other this way.
 _sqlite_writer = threading.Lock()
+_lock_files: dict[str, IO[bytes] | None] = {}
 
 
 @contextmanager
@@ -88,7 +98,26 @@ def writing() -> Iterator[None]:
         yield
         return
     with _sqlite_writer:
-        yield
+        lock_file = _lock_file(str(connection.settings_dict["NAME"]))
+        if lock_file is None:
+            yield
+            return
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _lock_file(database: str) -> IO[bytes] | None:
+    """The database's lock file, opened once per process; None for a database in memory
+    (one process only) or where there are no file locks. Call holding `_sqlite_writer`."""
+    if database not in _lock_files:
+        opened = None
+        if fcntl is not None and os.path.isfile(database):
+            opened = open(f"{database}-writer", "ab")  # noqa: SIM115 - open for the process
+        _lock_files[database] = opened
+    return _lock_files[database]
 
 
 def apply_batch(
@@ -326,17 +355,22 @@ background = Background()
 
 
 def start() -> None:
-    """Start this process's applier if the settings say it runs here (the ASGI app calls
-    this when it is loaded)."""
+    """Start this process's applier, as a thread or as a process beside it, if the settings
+    say so (the ASGI app calls this when it is loaded)."""
     mode = settings.ONLOOKER_APPLIER
     if mode == "background":
         background.start()
+    elif mode == "process":
+        applier_process.supervisor.start()
 
 
 def wake(delivery_id: int | None = None) -> None:
     """A delivery was committed (`delivery_id`, or some): have it applied."""
     mode = settings.ONLOOKER_APPLIER
-    if mode == "background":
+    if mode == "process":
+        applier_process.supervisor.start()  # already running, unless not the ASGI app
+        applier_process.supervisor.wake()
+    elif mode == "background":
         background.start()  # already running, unless this process is not the ASGI app
         background.wake()
     elif mode == "inline":

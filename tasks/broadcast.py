@@ -35,9 +35,24 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
+# Set in the applier's own process (applier_process.py): its hints go to its server, which
+# sends them as its own.
+_relay: Callable[..., None] | None = None
+
+
+def relay_to(relay: Callable[..., None] | None) -> None:
+    """Hand every hint and notice to `relay(kind, session_id, team_id, message)` instead of
+    sending it from this process (None: send again)."""
+    global _relay
+    _relay = relay
+
+
 def hint(session_id: int, team_id: int | None, message: dict) -> None:
     """Tell the session's watchers (its team's screens and its own page) what it shows now;
     call after commit (fragments.changed does)."""
+    if _relay is not None:
+        _relay("hint", session_id, team_id, message)
+        return
     coalescer.offer(session_id, [team_group(team_id), session_group(session_id)], message)
 
 
@@ -46,6 +61,9 @@ def notice(session_id: int, team_id: int | None, message: dict) -> None:
     the session itself (tasks/notify/seen.py: a team channel was told); call after commit.
     Coalesced on its own: it carries no snapshot, so it must never take the place of one
     waiting to be sent, nor one of those take its place."""
+    if _relay is not None:
+        _relay("notice", session_id, team_id, message)
+        return
     notices.offer(session_id, [team_group(team_id), session_group(session_id)], message)
 
 

@@ -532,7 +532,20 @@ def start() -> None:
         background.start()
 
 
+# Set in the applier's own process (applier_process.py): what it queues, its server sends.
+_relay_wake = None
+
+
+def relay_wakes_to(relay) -> None:
+    """Call `relay()` instead of waking a sender in this process (None: wake here again)."""
+    global _relay_wake
+    _relay_wake = relay
+
+
 def wake() -> None:
     """Something was queued: look now rather than at the next poll."""
+    if _relay_wake is not None:
+        _relay_wake()
+        return
     if settings.ONLOOKER_NOTIFIER == "background" and background.running:
         background.wake()

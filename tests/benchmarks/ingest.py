@@ -291,19 +291,37 @@ class Server(contextlib.AbstractContextManager):
             self.process.wait(timeout=10)
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU of the server process (all threads), from /proc; None elsewhere."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        # Fields 14 and 15 (utime, stime) of proc(5); the split above starts at field 3.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU of the server process (all threads) and of the processes it
+        started (its applier process), from /proc; None elsewhere."""
+        return process_tree_cpu(self.process.pid)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def process_tree_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of a process and of its live descendants, from /proc (None
+    where there is no /proc, or the process is gone)."""
+    total, stack, first = 0, [pid], True
+    while stack:
+        current = stack.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except (OSError, IndexError):
+            if first:
+                return None
+            continue  # a child that just exited
+        first = False
+        # Fields 14 and 15 (utime, stime) of proc(5); the split above starts at field 3.
+        total += int(fields[11]) + int(fields[12])
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                stack.extend(int(c) for c in (task / "children").read_text().split())
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 # -- load -----------------------------------------------------------------------------------

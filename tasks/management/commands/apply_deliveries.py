@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks import applier
+from tasks import applier, applier_process
 from tasks.worker import run_in_foreground
 
 
@@ -20,15 +20,24 @@ class Command(BaseCommand):
             "--once", action="store_true", help="apply what is pending now, then exit"
         )
         parser.add_argument(
+            "--child",
+            action="store_true",
+            help="run as a server's applier process (tasks/applier_process.py): woken on "
+            "stdin, answering on stdout; not for people",
+        )
+        parser.add_argument(
             "--poll",
             type=float,
             default=0.2,
             help="seconds between looks for new deliveries (default 0.2)",
         )
 
-    def handle(self, *args, once: bool, poll: float, **options) -> None:
+    def handle(self, *args, once: bool, poll: float, child: bool, **options) -> None:
         if poll <= 0:
             raise CommandError("--poll must be more than 0 seconds")
+        if child:
+            applier_process.run_child()
+            return
         if once:
             applied = applier.drain()
             self.stdout.write(f"Applied {applied} deliveries.")
