@@ -188,6 +188,9 @@ def run_child() -> None:
         loop.stop(STOP_SECONDS)  # the server is gone: finish the batch in hand, then exit
 
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    # Ctrl-C in a terminal reaches the whole process group: the server stops on it, and this
+    # process then on its stdin's end, after its batch, rather than with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop.start()
     threading.Thread(target=listen, name="onlooker-applier-stdin", daemon=True).start()
     while loop.running:
