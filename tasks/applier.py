@@ -198,9 +198,9 @@ def _apply(
             # costs several times one delivery: finish the sessions this batch has begun, so
             # that work is shared by all of their claimed deliveries, and leave the others
             # pending (and, once this commits, unlocked). Within limits: past until[1]
-            # seconds (OVERTIME × the time), or at a delivery whose session is not known yet (it may
-            # be one begun here: applying a later one first would reorder that session),
-            # the batch stops.
+            # seconds (OVERTIME × the time), or at a delivery whose session is not known
+            # yet (it may be one begun here: applying a later one first would reorder that
+            # session), the batch stops.
             session_id = locked.session_of.get((delivery.agent_id, delivery.task_id))
             if session_id is None or time.monotonic() - started > until[1]:
                 break
@@ -303,10 +303,11 @@ def drain(*, gather: float = 0.0, sleep: Callable[[float], None] = time.sleep) -
     batch took, and at least `gather`, before the next, so it holds more of each session's.
     A batch's cost is mostly per session (deriving, rendering and storing fragments: several
     times one delivery's), not per delivery: applied one or two at a time, pushes spread
-    over many sessions cost three times the CPU each, and with the receiver in the same
-    process that CPU is taken from acknowledging. Resting as long as it worked keeps the
-    applier to half the CPU while batches are thin; as pushes wait, batches thicken and the
-    rests stop, so a backlog does not grow without bound. A lone push never waits: its
+    over many sessions cost three times the CPU each, taken from acknowledging (the
+    receiver shares the applier's core as a thread, and the write lock on SQLite in any
+    mode). Resting as long as it worked keeps the applier to half its time while batches
+    are thin; as pushes wait, batches thicken and the rests stop, so a backlog does not grow
+    without bound. A lone push never waits: its
     batch is one delivery."""
     applied = waits = 0
     while True:

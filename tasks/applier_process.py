@@ -36,7 +36,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 RESTART_SECONDS = 1.0  # after the child died, before it is started again
-STOP_SECONDS = 5.0  # how long a stopping server waits for the child's batch in hand
+STOP_SECONDS = 5.0  # how long the child, its server gone, gives the batch in hand
 
 
 class Supervisor:
@@ -46,18 +46,11 @@ class Supervisor:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._process: subprocess.Popen | None = None
-        self._stopping = False
-
-    @property
-    def pid(self) -> int | None:
-        process = self._process
-        return process.pid if process is not None and process.poll() is None else None
 
     def start(self) -> None:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._stopping = False
             self._thread = threading.Thread(
                 target=self._supervise, name="onlooker-applier-supervisor", daemon=True
             )
@@ -71,24 +64,6 @@ class Supervisor:
         # pending then.
         with contextlib.suppress(ValueError, OSError):
             os.write(process.stdin.fileno(), b".")
-
-    def stop(self, timeout: float = STOP_SECONDS) -> None:
-        """Close the child's stdin (it finishes its batch and exits); wait for it."""
-        self._stopping = True
-        process = self._process
-        if process is None:
-            return
-        try:
-            if process.stdin is not None:
-                process.stdin.close()
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-        except OSError:
-            pass
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
 
     def _spawn(self) -> subprocess.Popen:
         manage = Path(settings.BASE_DIR) / "manage.py"
@@ -107,7 +82,9 @@ class Supervisor:
         return process
 
     def _supervise(self) -> None:
-        while not self._stopping:
+        # Nothing stops this loop: the server's end ends it, and closing the child's stdin
+        # with it ends the child.
+        while True:
             try:
                 process = self._spawn()
             except OSError:
@@ -119,8 +96,6 @@ class Supervisor:
             for line in process.stdout:
                 self._hear(line)
             code = process.wait()
-            if self._stopping:
-                return
             log.error("the applier process exited (%s); starting it again", code)
             time.sleep(RESTART_SECONDS)
 
