@@ -116,6 +116,10 @@ if ONLOOKER_APPLIER not in ("process", "background", "external", "inline"):
         "ONLOOKER_APPLIER must be process, background, external or inline,"
         f" not {ONLOOKER_APPLIER!r}"
     )
+# On SQLite, where received pushes wait for the applier (tasks/inbox.py): a file of their
+# own, by default beside the database ("<database>-inbox"), so keeping one never waits for
+# the database's write lock; "off" keeps them in the database itself. Not used on PostgreSQL.
+ONLOOKER_INBOX = os.environ.get("ONLOOKER_INBOX", "").strip()
 # Who sends team notifications (tasks/notify/sender.py): a thread in each server process
 # ("background"), or only `manage.py send_notifications` ("external").
 ONLOOKER_NOTIFIER = os.environ.get("ONLOOKER_NOTIFIER", "").strip() or "background"

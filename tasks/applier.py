@@ -30,28 +30,20 @@ it never stops the rest of its batch.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import IO
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import applier_process, changes, fragments, ingest, protocol, usage
+from tasks import applier_process, changes, fragments, inbox, ingest, protocol, usage
 from tasks.models import Agent, Delivery, Session
 from tasks.worker import Loop
-
-try:
-    import fcntl
-except ImportError:  # not on Windows: processes there take turns in SQLite's busy handler
-    fcntl = None
+from tasks.writer import writing
 
 log = logging.getLogger(__name__)
 
@@ -83,43 +75,6 @@ class Batch:
     sessions: set[int] = field(default_factory=set)
 
 
-# One writer at a time on SQLite: the receiver's insert and a batch take turns here, where a
-# waiter wakes the moment the other is done, rather than in SQLite's busy handler, which
-# sleeps in growing steps (up to 100 ms at a time). Threads of a process take turns on a
-# lock, processes (the server and its applier process) on a lock file beside the database.
-# PostgreSQL writers never wait for each other this way.
-_sqlite_writer = threading.Lock()
-_lock_files: dict[str, IO[bytes] | None] = {}
-
-
-@contextmanager
-def writing() -> Iterator[None]:
-    if connection.vendor != "sqlite":
-        yield
-        return
-    with _sqlite_writer:
-        lock_file = _lock_file(str(connection.settings_dict["NAME"]))
-        if lock_file is None:
-            yield
-            return
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-def _lock_file(database: str) -> IO[bytes] | None:
-    """The database's lock file, opened once per process; None for a database in memory
-    (one process only) or where there are no file locks. Call holding `_sqlite_writer`."""
-    if database not in _lock_files:
-        opened = None
-        if fcntl is not None and os.path.isfile(database):
-            opened = open(f"{database}-writer", "ab")  # noqa: SIM115 - open for the process
-        _lock_files[database] = opened
-    return _lock_files[database]
-
-
 def apply_batch(
     limit: int = BATCH,
     seconds: float | None = None,
@@ -132,7 +87,6 @@ def apply_batch(
     but those of sessions it began, for up to `overtime` seconds more (default: OVERTIME - 1
     times `seconds`); see the module's docstring."""
     batch = Batch()
-    postgresql = connection.vendor == "postgresql"
     if seconds is None and connection.vendor == "sqlite":
         seconds = BATCH_SECONDS
     if seconds is not None and overtime is None:
@@ -140,26 +94,11 @@ def apply_batch(
     until = None if seconds is None else (seconds, seconds + overtime)
     now = timezone.now()
     with writing(), transaction.atomic():
-        due = _due() if only is None else _due().filter(pk=only)
-        claimed = list(due.select_for_update(skip_locked=True).order_by("pk")[:limit])
-        batch.claimed = len(claimed)
-        if not claimed:
-            return batch
-        agents = Agent.objects.in_bulk({d.agent_id for d in claimed})
-        for delivery in claimed:
-            delivery.agent = agents[delivery.agent_id]
-        try:
-            with transaction.atomic():
-                changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
-        except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
-            # One of its deliveries failed (or met a session another process holds):
-            # that one is found, and kept for a retry, one delivery at a time.
-            log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
-            batch.applied = batch.failed = batch.deferred = 0
-            changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
-        if changed:
-            fragments.mark_stale(list(changed))
-        batch.sessions = set(changed)
+        moved = inbox.take(limit)
+        changed = _claim_and_apply(batch, limit, only, until, now)
+    inbox.clear(moved)  # committed: what it moved is the database's now
+    if not changed:
+        return batch
     # Committed: the write lock is free for pushes while the fragments render.
     rendered = fragments.render_committed(list(changed.values()))
     if rendered:
@@ -169,6 +108,34 @@ def apply_batch(
         except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
             log.exception("could not store the fragments of a batch")
     return batch
+
+
+def _claim_and_apply(
+    batch: Batch, limit: int, only: int | None, until: tuple[float, float] | None, now
+) -> dict[int, tuple[Session, int | None]]:
+    """The batch's transaction, after its move from the inbox: claim, apply, derive."""
+    postgresql = connection.vendor == "postgresql"
+    due = _due() if only is None else _due().filter(pk=only)
+    claimed = list(due.select_for_update(skip_locked=True).order_by("pk")[:limit])
+    batch.claimed = len(claimed)
+    if not claimed:
+        return {}
+    agents = Agent.objects.in_bulk({d.agent_id for d in claimed})
+    for delivery in claimed:
+        delivery.agent = agents[delivery.agent_id]
+    try:
+        with transaction.atomic():
+            changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
+    except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
+        # One of its deliveries failed (or met a session another process holds):
+        # that one is found, and kept for a retry, one delivery at a time.
+        log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
+        batch.applied = batch.failed = batch.deferred = 0
+        changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
+    if changed:
+        fragments.mark_stale(list(changed))
+    batch.sessions = set(changed)
+    return changed
 
 
 def _apply(

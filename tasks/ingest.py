@@ -22,7 +22,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from tasks import cards, changes, json_safety, message_parts, prepared, profile, timeline, usage
+from tasks import (
+    cards,
+    changes,
+    inbox,
+    json_safety,
+    message_parts,
+    prepared,
+    profile,
+    timeline,
+    usage,
+)
 from tasks import protocol as p
 from tasks.models import (
     INTERRUPTED_STATES,
@@ -39,6 +49,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.notify import outbox
+from tasks.writer import writing
 
 CURRENT, HISTORY, AFTER_TERMINAL = "current", "history", "after_terminal"
 _OUTCOMES = {
@@ -93,22 +104,35 @@ def idempotency_key(webhook_id: str | None, body: bytes) -> str:
 class Result:
     delivery: Delivery
     duplicate: bool
+    # Something was kept for the applier to take: the push, or (inbox.py) a copy of one it
+    # has taken, to be counted on it.
+    kept: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return self.kept or not self.duplicate
 
 
 def receive(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Result:
-    """Keep an authenticated, parsed push in the inbox, pending: the only work a push does
-    on its request. Once this returns the delivery is committed, so the agent's 2xx means
-    "kept"; the applier applies it (applier.py). A second copy of a key is a duplicate."""
+    """Keep an authenticated, parsed push, pending: the only work a push does on its
+    request. Once this returns it is committed, so the agent's 2xx means "kept"; the applier
+    applies it (applier.py). A second copy of a key is a duplicate. On SQLite it is kept in
+    the inbox file, where it never waits for the database's write lock (inbox.py)."""
+    in_caller_transaction = transaction.get_connection().in_atomic_block
+    file = inbox.path()
+    if file is not None and not in_caller_transaction:
+        return _receive_in_inbox(file, endpoint, key, body, event)
     try:
-        if transaction.get_connection().in_atomic_block:
-            # In a caller's transaction (a test's): a savepoint, so a duplicate's error does
-            # not abort it.
-            with transaction.atomic():
+        with writing():
+            if in_caller_transaction:
+                # In a caller's transaction (a test's): a savepoint, so a duplicate's error
+                # does not abort it.
+                with transaction.atomic():
+                    delivery = _keep(endpoint.agent_id, endpoint, key, body, event)
+            else:
+                # One INSERT commits on its own: a BEGIN and a COMMIT around it would be two
+                # more round trips to PostgreSQL on every push.
                 delivery = _keep(endpoint.agent_id, endpoint, key, body, event)
-        else:
-            # One INSERT commits on its own: a BEGIN and a COMMIT around it would be two
-            # more round trips to PostgreSQL on every push.
-            delivery = _keep(endpoint.agent_id, endpoint, key, body, event)
     except IntegrityError:
         duplicate = _duplicate(endpoint.agent_id, key)
         if duplicate is None:
@@ -117,11 +141,43 @@ def receive(endpoint: PushEndpoint, key: str, body: bytes, event: p.Event) -> Re
     return Result(delivery, duplicate=False)
 
 
+def _receive_in_inbox(
+    file: str, endpoint: PushEndpoint, key: str, body: bytes, event: p.Event
+) -> Result:
+    agent_id = endpoint.agent_id
+    kept = inbox.keep(
+        file,
+        agent_id=agent_id,
+        endpoint_id=endpoint.pk,
+        key=key,
+        received_at=timezone.now(),
+        kind=event.kind,
+        task_id=event.task_id,
+        body=body.decode(),
+    )
+    if kept.duplicate:
+        return Result(Delivery(pk=kept.delivery_id, agent_id=agent_id), duplicate=True)
+    # A first copy the applier has taken from the inbox is the database's, committed before
+    # it left the inbox, so before this one could be kept there: looked for after, it is
+    # found. This copy is then counted on it when it is moved (inbox.take).
+    first = (
+        Delivery.objects.filter(agent_id=agent_id, idempotency_key=key)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if first is not None:
+        return Result(Delivery(pk=first, agent_id=agent_id), duplicate=True, kept=True)
+    return Result(Delivery(pk=kept.delivery_id, agent_id=agent_id), duplicate=False)
+
+
 def _keep(
     agent_id: int, endpoint: PushEndpoint | None, key: str, body: bytes, event: p.Event
 ) -> Delivery:
     """The delivery row, pending; its unique (agent, key) refuses a second copy."""
+    file = inbox.path()
     delivery = Delivery(
+        # Where there is an inbox file its sequence numbers every delivery (inbox.py).
+        pk=inbox.next_id(file) if file is not None else None,
         agent_id=agent_id,
         endpoint=endpoint,
         idempotency_key=key,
@@ -140,7 +196,8 @@ def _duplicate(agent_id: int, key: str) -> Result | None:
     delivery = Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).first()
     if delivery is None:
         return None
-    Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
+    with writing():
+        Delivery.objects.filter(pk=delivery.pk).update(duplicates=F("duplicates") + 1)
     return Result(delivery, duplicate=True)
 
 

@@ -77,15 +77,14 @@ def handle_push(
         return refused.status, refused.as_json()
     key = ingest.idempotency_key(headers.get("webhook-id"), body)
     try:
-        with applier.writing():
-            result = ingest.receive(endpoint, key, body, event)
+        result = ingest.receive(endpoint, key, body, event)
     except Exception:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
         log.exception("push not stored: agent=%s key=%s", endpoint.agent_id, key[:40])
         return 503, {
             "error": "not stored",
             "detail": "the delivery could not be stored and nothing of it was kept; send it again",
         }
-    if not result.duplicate:
+    if result.pending:
         applier.wake(result.delivery.pk)
     outcome = "duplicate" if result.duplicate else "accepted"
     return 200, {"outcome": outcome, "delivery": result.delivery.pk}

@@ -217,8 +217,9 @@ def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
                 raise AssertionError(f"delivery {delivery_id}: {what} in {timeout} s")
             time.sleep(0.01)
 
-    pending = Delivery.objects.filter(pk=delivery_id, outcome=Delivery.Outcome.PENDING)
-    wait(lambda: not pending.exists(), "not applied")
+    # On SQLite it is in the inbox file until the applier takes it (tasks/inbox.py).
+    applied = Delivery.objects.filter(pk=delivery_id).exclude(outcome=Delivery.Outcome.PENDING)
+    wait(applied.exists, "not applied")
     delivery = Delivery.objects.get(pk=delivery_id)
     task = Task.objects.filter(agent_id=delivery.agent_id, task_id=delivery.task_id).first()
     if task is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from tasks import profile
@@ -117,7 +118,8 @@ def test_a_channel_layer_that_is_down_does_not_undo_the_push(settings, fresh_cha
     assert kept()
 
 
-def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(database):
+def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(database, settings):
+    settings.ONLOOKER_INBOX = "off"  # kept in the database, whose trigger refuses it
     registered = make_agent(signing=True)
     database.refuse("tasks_delivery", "INSERT")
 
@@ -133,4 +135,28 @@ def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(d
     retried = push(Client(), registered, completed(), msg_id="msg_retry")
     assert retried.status_code == 200
     assert retried.json()["outcome"] == "accepted"
+    assert kept()
+
+
+def test_a_push_the_inbox_file_cannot_keep_is_a_5xx_and_the_retry_applies_it(
+    settings, tmp_path: Path
+):
+    if connection.vendor != "sqlite":
+        pytest.skip("the inbox file is SQLite's: PostgreSQL keeps pushes in the database")
+    # An inbox file that cannot be opened (its directory is missing): a full disk or a
+    # permission taken away fails the same way, in the INSERT that keeps the push.
+    settings.ONLOOKER_INBOX = str(tmp_path / "missing" / "inbox.sqlite3")
+    registered = make_agent(signing=True)
+
+    refused = push(Client(), registered, completed(), msg_id="msg_retry")
+
+    assert refused.status_code == 503, refused.content
+    assert refused.json()["error"] == "not stored"
+    assert not Delivery.objects.exists() and not Task.objects.exists()
+
+    (tmp_path / "missing").mkdir()
+    retried = push(Client(), registered, completed(), msg_id="msg_retry")
+    assert retried.status_code == 200, retried.content
+    assert retried.json()["outcome"] == "accepted"
+    assert Delivery.objects.get().pk == retried.json()["delivery"]
     assert kept()

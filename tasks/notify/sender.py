@@ -60,11 +60,11 @@ from django.db.models import F, Q
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from tasks.applier import writing
 from tasks.models import Interaction
 from tasks.notify import formats, seen
 from tasks.notify.models import Notification, NotificationChannel
 from tasks.worker import Loop
+from tasks.writer import writing
 
 log = logging.getLogger(__name__)
 

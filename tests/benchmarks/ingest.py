@@ -192,12 +192,23 @@ class Workspace(workspace.Workspace):
         return self.bench_url or str(self.directory / "bare.sqlite3")
 
     def count_deliveries(self) -> int:
-        return self.scalar("SELECT count(*) FROM tasks_delivery")
+        return self.scalar("SELECT count(*) FROM tasks_delivery") + self.in_inbox()
 
     def count_pending(self) -> int:
         """Deliveries kept but not applied yet (none, where pushes are applied in the request:
-        no delivery is ever pending there)."""
-        return self.scalar(PENDING)
+        no delivery is ever pending there), the inbox file's included (tasks/inbox.py)."""
+        return self.scalar(PENDING) + self.in_inbox()
+
+    def in_inbox(self) -> int:
+        """Pushes kept in the inbox file that the applier has not taken yet (SQLite)."""
+        file = self.data_dir / "onlooker.sqlite3-inbox"
+        if self.postgres or not file.exists():
+            return 0
+        with contextlib.closing(sqlite3.connect(file)) as inbox:
+            try:
+                return inbox.execute("SELECT count(*) FROM push").fetchone()[0]
+            except sqlite3.OperationalError:  # created, its table not yet
+                return 0
 
     def scalar(self, statement: str) -> int:
         """Read Onlooker's database directly, beside the servers and not through them."""

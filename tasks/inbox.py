@@ -1,0 +1,240 @@
+"""The inbox file: on SQLite, where received pushes wait for the applier.
+
+SQLite has one write lock per database file, and an applier batch holds the database's for
+as long as it applies (up to about a tenth of a second under load). A push kept in the
+database waited for it, and so did its 2xx: the receiver and the applier took turns, and
+together did less than either alone. Kept in a file of their own beside the database
+(`<database>-inbox`, WAL, synchronised as the database is), pushes never wait for a batch:
+the receiver's INSERT takes only the inbox's lock, for one row.
+
+Each batch first moves what the inbox holds into the database's `Delivery` table, in the
+batch's own transaction and with the ids the receiver answered with (`take`), and deletes
+those rows from the inbox once that has committed (`clear`). A crash between the two leaves
+rows in both; the next move finds them there (same id, same key) and only deletes them, so
+nothing is lost and nothing applied twice. The inbox's id sequence numbers every delivery
+(`next_id` those kept in the database itself) and is kept above the database's highest
+delivery id, so the id the receiver answers with is the delivery's, and never another's.
+
+A copy of a push is found in the database (a read, which never waits for the write lock)
+or in the inbox (its unique key); a copy the receiver could not see, because the first was
+being moved just then, is found by the move and counted there.
+
+PostgreSQL needs none of this (its writers lock rows, not the database), nor does a
+database in memory (one process; the tests'): `path()` is then None and pushes are kept in
+the database (ingest.receive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, Max
+
+from tasks.models import Agent, Delivery, PushEndpoint
+from tasks.writer import writing
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS push (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id INTEGER NOT NULL,
+    endpoint_id INTEGER,
+    idempotency_key TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    duplicates INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (agent_id, idempotency_key)
+)
+"""
+BUSY_TIMEOUT_SECONDS = 10.0  # the inbox's writers hold its lock for one row, or one DELETE
+
+_opened = threading.local()  # this thread's connection: (file, sqlite3.Connection)
+
+
+def path() -> str | None:
+    """This process's inbox file, or None where pushes are kept in the database itself."""
+    if connection.vendor != "sqlite" or settings.ONLOOKER_INBOX == "off":
+        return None
+    if settings.ONLOOKER_INBOX:
+        return settings.ONLOOKER_INBOX
+    database = str(connection.settings_dict["NAME"])
+    return f"{database}-inbox" if os.path.isfile(database) else None
+
+
+@dataclass(frozen=True)
+class Kept:
+    delivery_id: int
+    duplicate: bool
+
+
+def keep(
+    file: str,
+    *,
+    agent_id: int,
+    endpoint_id: int | None,
+    key: str,
+    received_at: datetime,
+    kind: str,
+    task_id: str,
+    body: str,
+) -> Kept:
+    """Keep a push in the inbox, committed when this returns, or count it on its copy there.
+    The caller then looks for a copy in the database (see `receive` in ingest.py)."""
+    inbox = _connect(file)
+    while True:
+        try:
+            inserted = inbox.execute(
+                "INSERT INTO push (agent_id, endpoint_id, idempotency_key, received_at, kind,"
+                " task_id, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (agent_id, endpoint_id, key, received_at.isoformat(), kind, task_id, body),
+            )
+            return Kept(inserted.lastrowid, duplicate=False)
+        except sqlite3.IntegrityError:
+            found = inbox.execute(
+                "UPDATE push SET duplicates = duplicates + 1"
+                " WHERE agent_id = ? AND idempotency_key = ? RETURNING id",
+                (agent_id, key),
+            ).fetchone()
+            if found is not None:
+                return Kept(found[0], duplicate=True)
+            # Moved to the database between the two: kept again, and found there after.
+
+
+def next_id(file: str) -> int:
+    """An id for a delivery kept in the database itself (one fetched from its agent): the
+    inbox's sequence numbers them too, so no id is ever given twice."""
+    return (
+        _connect(file)
+        .execute("UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'push' RETURNING seq")
+        .fetchone()[0]
+    )
+
+
+def take(limit: int) -> dict[int, int]:
+    """Move up to `limit` pushes, oldest first, from the inbox into `Delivery` (pending), in
+    the caller's transaction, which holds the database's write lock. Returns what to `clear`
+    once that transaction has committed: inbox id → copies counted on it when it was moved
+    (nothing where there is no inbox)."""
+    file = path()
+    if file is None:
+        return {}
+    rows = _connect(file).execute(
+        "SELECT id, agent_id, endpoint_id, idempotency_key, received_at, kind, task_id, body,"
+        " duplicates FROM push ORDER BY id LIMIT ?",
+        (limit,),
+    )
+    rows = rows.fetchall()
+    if not rows:
+        return {}
+    agents = set(Agent.objects.filter(pk__in={row[1] for row in rows}).values_list("pk", flat=True))
+    endpoints = set(
+        PushEndpoint.objects.filter(pk__in={row[2] for row in rows if row[2]})
+        .order_by()
+        .values_list("pk", flat=True)
+    )
+    # What the database has already: these very rows, moved before a crash kept them from
+    # being cleared, or the first copy of a push whose copy the receiver could not see.
+    kept = {
+        (agent_id, key): pk
+        for pk, agent_id, key in Delivery.objects.filter(
+            agent_id__in=agents, idempotency_key__in={row[3] for row in rows}
+        ).values_list("pk", "agent_id", "idempotency_key")
+    }
+    ids_taken = set(
+        Delivery.objects.filter(pk__in=[row[0] for row in rows]).values_list("pk", flat=True)
+    )
+    new: list[Delivery] = []
+    copies: Counter[int] = Counter()
+    for inbox_id, agent_id, endpoint_id, key, received_at, kind, task_id, body, dups in rows:
+        if agent_id not in agents:
+            continue  # its agent was deleted meanwhile, and its deliveries with it
+        first = kept.get((agent_id, key))
+        if first == inbox_id:
+            continue
+        if first is not None:
+            copies[first] += 1 + dups
+            continue
+        new.append(
+            Delivery(
+                # Its own id, which its agent was told; another only if the database has it
+                # (the inbox was deleted, or the database replaced, since).
+                pk=None if inbox_id in ids_taken else inbox_id,
+                agent_id=agent_id,
+                endpoint_id=endpoint_id if endpoint_id in endpoints else None,
+                idempotency_key=key,
+                received_at=datetime.fromisoformat(received_at),
+                kind=kind,
+                task_id=task_id,
+                body=body,
+                duplicates=dups,
+            )
+        )
+    Delivery.objects.bulk_create(new)
+    for pk, count in copies.items():
+        Delivery.objects.filter(pk=pk).update(duplicates=F("duplicates") + count)
+    return {row[0]: row[8] for row in rows}
+
+
+def clear(moved: dict[int, int]) -> None:
+    """Delete moved pushes from the inbox: call once the move has committed. A copy counted
+    on one of them since it was moved is counted on its delivery."""
+    file = path()
+    if file is None or not moved:
+        return
+    deleted = _connect(file).execute(
+        "DELETE FROM push WHERE id IN (SELECT value FROM json_each(?))"
+        " RETURNING id, agent_id, idempotency_key, duplicates",
+        (json.dumps(list(moved)),),
+    )
+    late = [row for row in deleted.fetchall() if row[3] > moved[row[0]]]
+    for inbox_id, agent_id, key, duplicates in late:
+        with writing():
+            Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).update(
+                duplicates=F("duplicates") + (duplicates - moved[inbox_id])
+            )
+
+
+def waiting() -> int:
+    """How many pushes the inbox holds (0 where there is none)."""
+    file = path()
+    if file is None:
+        return 0
+    return _connect(file).execute("SELECT count(*) FROM push").fetchone()[0]
+
+
+def _connect(file: str) -> sqlite3.Connection:
+    opened = getattr(_opened, "connection", None)
+    if opened is not None and opened[0] == file:
+        return opened[1]
+    if opened is not None:
+        opened[1].close()
+    inbox = sqlite3.connect(file, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    inbox.execute("PRAGMA journal_mode=WAL")
+    inbox.execute("PRAGMA synchronous=NORMAL")
+    # The database's highest delivery id, read before the inbox is locked (so the two locks
+    # are never held in the other order); only moves raise it, and they take inbox ids.
+    floor = Delivery.objects.aggregate(highest=Max("pk"))["highest"] or 0
+    inbox.execute("BEGIN IMMEDIATE")
+    try:
+        inbox.execute(SCHEMA)
+        inbox.execute(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT 'push', 0"
+            " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'push')"
+        )
+        inbox.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'push'", (floor,))
+        inbox.execute("COMMIT")
+    except BaseException:
+        inbox.execute("ROLLBACK")
+        inbox.close()
+        raise
+    _opened.connection = (file, inbox)
+    return inbox
