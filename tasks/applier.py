@@ -1,11 +1,13 @@
 """The applier: applies the pushes the receiver kept (pending deliveries), in batches.
 
-One per process: a background thread started with the ASGI app (`ONLOOKER_APPLIER=
-background`, the default), woken by every push it receives so a lone push is applied at
-once, and polling for what other processes received, for retries and for what a crash left
-pending. `python manage.py apply_deliveries` runs the same loop standalone (web processes
-then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`: on the request, after the
-delivery is committed, so a test's push is applied when its response arrives.
+One per server process: a process beside it (`ONLOOKER_APPLIER=process`, the default,
+applier_process.py) or a thread in it (`background`), woken by every push it receives so a
+lone push is applied at once, and polling for what other processes received, for retries and
+for what a crash left pending. `python manage.py apply_deliveries` runs the same loop
+standalone (web processes then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`:
+on the request, after the delivery is committed, so a test's push is applied when its
+response arrives. On SQLite a batch first moves the pushes waiting in the inbox file into
+the database (inbox.py), and clears them from the inbox once it has committed.
 
 A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
 LOCKED` on PostgreSQL, so processes never claim the same ones), locks and loads the sessions
@@ -93,10 +95,13 @@ def apply_batch(
         overtime = (OVERTIME - 1) * seconds
     until = None if seconds is None else (seconds, seconds + overtime)
     now = timezone.now()
-    with writing(), transaction.atomic():
-        moved = inbox.take(limit)
-        changed = _claim_and_apply(batch, limit, only, until, now)
-    inbox.clear(moved)  # committed: what it moved is the database's now
+    with writing():
+        with transaction.atomic():
+            moved = inbox.take(limit)
+            changed = _claim_and_apply(batch, limit, only, until, now)
+        # Committed: what it moved is the database's now. Cleared before another process's
+        # applier may take the inbox's pushes, so none is ever moved (or counted) twice.
+        inbox.clear(moved)
     if not changed:
         return batch
     # Committed: the write lock is free for pushes while the fragments render.

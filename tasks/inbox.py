@@ -39,7 +39,6 @@ from django.db import connection
 from django.db.models import F, Max
 
 from tasks.models import Agent, Delivery, PushEndpoint
-from tasks.writer import writing
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS push (
@@ -185,8 +184,9 @@ def take(limit: int) -> dict[int, int]:
 
 
 def clear(moved: dict[int, int]) -> None:
-    """Delete moved pushes from the inbox: call once the move has committed. A copy counted
-    on one of them since it was moved is counted on its delivery."""
+    """Delete moved pushes from the inbox: call once the move has committed, still holding
+    the database's writer lock. A copy counted on one of them since it was moved is counted
+    on its delivery."""
     file = path()
     if file is None or not moved:
         return
@@ -197,10 +197,9 @@ def clear(moved: dict[int, int]) -> None:
     )
     late = [row for row in deleted.fetchall() if row[3] > moved[row[0]]]
     for inbox_id, agent_id, key, duplicates in late:
-        with writing():
-            Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).update(
-                duplicates=F("duplicates") + (duplicates - moved[inbox_id])
-            )
+        Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).update(
+            duplicates=F("duplicates") + (duplicates - moved[inbox_id])
+        )
 
 
 def waiting() -> int:
