@@ -159,9 +159,11 @@ def _receive_in_inbox(
         return Result(Delivery(pk=kept.delivery_id, agent_id=agent_id), duplicate=True)
     # A first copy the applier has taken from the inbox is the database's, committed before
     # it left the inbox, so before this one could be kept there: looked for after, it is
-    # found. This copy is then counted on it when it is moved (inbox.take).
+    # found. This copy is then counted on it when it is moved (inbox.take). The applier may
+    # have moved this very push meanwhile: that row is not another copy.
     first = (
         Delivery.objects.filter(agent_id=agent_id, idempotency_key=key)
+        .exclude(pk=kept.delivery_id)
         .values_list("pk", flat=True)
         .first()
     )
