@@ -38,7 +38,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import F, Max
 
-from tasks.models import Agent, Delivery, PushEndpoint
+from tasks.models import Delivery
+from tasks.writer import writing
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS push (
@@ -89,12 +90,18 @@ def keep(
     """Keep a push in the inbox, committed when this returns, or count it on its copy there.
     The caller then looks for a copy in the database (see `receive` in ingest.py)."""
     inbox = _connect(file)
+    with writing(file):
+        values = (agent_id, endpoint_id, key, received_at.isoformat(), kind, task_id, body)
+        return _keep(inbox, agent_id, key, values)
+
+
+def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> Kept:
     while True:
         try:
             inserted = inbox.execute(
                 "INSERT INTO push (agent_id, endpoint_id, idempotency_key, received_at, kind,"
                 " task_id, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (agent_id, endpoint_id, key, received_at.isoformat(), kind, task_id, body),
+                values,
             )
             return Kept(inserted.lastrowid, duplicate=False)
         except sqlite3.IntegrityError:
@@ -111,11 +118,10 @@ def keep(
 def next_id(file: str) -> int:
     """An id for a delivery kept in the database itself (one fetched from its agent): the
     inbox's sequence numbers them too, so no id is ever given twice."""
-    return (
-        _connect(file)
-        .execute("UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'push' RETURNING seq")
-        .fetchone()[0]
-    )
+    inbox = _connect(file)
+    with writing(file):
+        numbered = "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'push' RETURNING seq"
+        return inbox.execute(numbered).fetchone()[0]
 
 
 def take(limit: int) -> dict[int, int]:
@@ -134,23 +140,7 @@ def take(limit: int) -> dict[int, int]:
     rows = rows.fetchall()
     if not rows:
         return {}
-    agents = set(Agent.objects.filter(pk__in={row[1] for row in rows}).values_list("pk", flat=True))
-    endpoints = set(
-        PushEndpoint.objects.filter(pk__in={row[2] for row in rows if row[2]})
-        .order_by()
-        .values_list("pk", flat=True)
-    )
-    # What the database has already: these very rows, moved before a crash kept them from
-    # being cleared, or the first copy of a push whose copy the receiver could not see.
-    kept = {
-        (agent_id, key): pk
-        for pk, agent_id, key in Delivery.objects.filter(
-            agent_id__in=agents, idempotency_key__in={row[3] for row in rows}
-        ).values_list("pk", "agent_id", "idempotency_key")
-    }
-    ids_taken = set(
-        Delivery.objects.filter(pk__in=[row[0] for row in rows]).values_list("pk", flat=True)
-    )
+    agents, endpoints, kept, ids_taken = _known(rows)
     new: list[Delivery] = []
     copies: Counter[int] = Counter()
     for inbox_id, agent_id, endpoint_id, key, received_at, kind, task_id, body, dups in rows:
@@ -183,6 +173,50 @@ def take(limit: int) -> dict[int, int]:
     return {row[0]: row[8] for row in rows}
 
 
+# What the database has of a move's rows, in one statement: their agents and endpoints (gone
+# if deleted meanwhile), and deliveries already there, by id (these very rows, moved before
+# a crash kept them from being cleared; or an id the database gave otherwise) or by key (the
+# first copy of a push whose copy the receiver found there).
+KNOWN = """
+SELECT 'agent', id, NULL, NULL FROM tasks_agent WHERE id IN (SELECT value FROM json_each(%s))
+UNION ALL
+SELECT 'endpoint', id, NULL, NULL FROM tasks_pushendpoint
+ WHERE id IN (SELECT value FROM json_each(%s))
+UNION ALL
+SELECT 'delivery', id, agent_id, idempotency_key FROM tasks_delivery
+ WHERE id IN (SELECT value FROM json_each(%s))
+UNION ALL
+SELECT 'delivery', d.id, d.agent_id, d.idempotency_key
+ FROM json_each(%s) AS pair CROSS JOIN tasks_delivery AS d
+ WHERE d.agent_id = json_extract(pair.value, '$[0]')
+   AND d.idempotency_key = json_extract(pair.value, '$[1]')
+"""
+
+
+def _known(rows: list[tuple]) -> tuple[set[int], set[int], dict[tuple[int, str], int], set[int]]:
+    agents: set[int] = set()
+    endpoints: set[int] = set()
+    kept: dict[tuple[int, str], int] = {}
+    ids_taken: set[int] = set()
+    params = [
+        json.dumps(sorted({row[1] for row in rows})),
+        json.dumps(sorted({row[2] for row in rows if row[2] is not None})),
+        json.dumps([row[0] for row in rows]),
+        json.dumps([[row[1], row[3]] for row in rows]),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(KNOWN, params)
+        for what, pk, agent_id, key in cursor.fetchall():
+            if what == "agent":
+                agents.add(pk)
+            elif what == "endpoint":
+                endpoints.add(pk)
+            else:
+                kept[(agent_id, key)] = pk
+                ids_taken.add(pk)
+    return agents, endpoints, kept, ids_taken
+
+
 def clear(moved: dict[int, int]) -> None:
     """Delete moved pushes from the inbox: call once the move has committed, still holding
     the database's writer lock. A copy counted on one of them since it was moved is counted
@@ -190,12 +224,14 @@ def clear(moved: dict[int, int]) -> None:
     file = path()
     if file is None or not moved:
         return
-    deleted = _connect(file).execute(
-        "DELETE FROM push WHERE id IN (SELECT value FROM json_each(?))"
-        " RETURNING id, agent_id, idempotency_key, duplicates",
-        (json.dumps(list(moved)),),
-    )
-    late = [row for row in deleted.fetchall() if row[3] > moved[row[0]]]
+    inbox = _connect(file)
+    with writing(file):
+        deleted = inbox.execute(
+            "DELETE FROM push WHERE id IN (SELECT value FROM json_each(?))"
+            " RETURNING id, agent_id, idempotency_key, duplicates",
+            (json.dumps(list(moved)),),
+        ).fetchall()
+    late = [row for row in deleted if row[3] > moved[row[0]]]
     for inbox_id, agent_id, key, duplicates in late:
         Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).update(
             duplicates=F("duplicates") + (duplicates - moved[inbox_id])

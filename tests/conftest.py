@@ -3,7 +3,10 @@ helper that POSTs a body to the real receiver view with real credentials."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sqlite3
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,7 +17,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 from standardwebhooks import Webhook
 
-from tasks import profile
+from tasks import inbox, profile
 from tasks.agents import new_endpoint, new_signing_secret
 from tasks.broadcast import coalescer, notices
 from tasks.models import Agent, PushEndpoint, Session
@@ -78,6 +81,21 @@ def quiet_broadcasts():
     yield
     coalescer.clear()
     notices.clear()
+
+
+@pytest.fixture(autouse=True)
+def empty_inbox():
+    """The inbox file (SQLite, tasks/inbox.py) is not the test database: the database is
+    emptied after each test, and so is the inbox, so no test takes another's pushes."""
+    yield
+    file = inbox.path()
+    if file is not None and os.path.exists(file):
+        with (
+            contextlib.closing(sqlite3.connect(file)) as opened,
+            opened,
+            contextlib.suppress(sqlite3.OperationalError),  # no table yet
+        ):
+            opened.execute("DELETE FROM push")
 
 
 @pytest.fixture
