@@ -66,14 +66,22 @@ def path() -> str | None:
         return None
     if settings.ONLOOKER_INBOX:
         return settings.ONLOOKER_INBOX
+    database = _database()
+    return f"{database}-inbox" if database is not None else None
+
+
+def _database() -> str | None:
+    """The database's file; None for one in memory."""
     database = str(connection.settings_dict["NAME"])
-    return f"{database}-inbox" if os.path.isfile(database) else None
+    return database if os.path.isfile(database) else None
 
 
 @dataclass(frozen=True)
 class Kept:
     delivery_id: int
     duplicate: bool
+    # The database's delivery of which this push is a copy (see `keep`).
+    copy_of: int | None = None
 
 
 def keep(
@@ -88,11 +96,29 @@ def keep(
     body: str,
 ) -> Kept:
     """Keep a push in the inbox, committed when this returns, or count it on its copy there.
-    The caller then looks for a copy in the database (see `receive` in ingest.py)."""
-    inbox = _connect(file)
+
+    Kept, it is then looked for in the database: a first copy the applier has taken from the
+    inbox is the database's, committed before it left the inbox, so before this one could be
+    kept there; looked for after, it is found (`copy_of`), and this copy is counted on it
+    when it is moved (`take`). The applier may have moved this very push meanwhile: that
+    row is not another copy."""
+    inbox, attached = _connect(file)
     with writing(file):
         values = (agent_id, endpoint_id, key, received_at.isoformat(), kind, task_id, body)
-        return _keep(inbox, agent_id, key, values)
+        kept = _keep(inbox, agent_id, key, values)
+    if kept.duplicate:
+        return kept
+    if attached:  # one statement on this connection, made once
+        first = inbox.execute(
+            "SELECT id FROM onlooker.tasks_delivery"
+            " WHERE agent_id = ? AND idempotency_key = ? AND id != ? LIMIT 1",
+            (agent_id, key, kept.delivery_id),
+        ).fetchone()
+        first = None if first is None else first[0]
+    else:
+        known = Delivery.objects.filter(agent_id=agent_id, idempotency_key=key)
+        first = known.exclude(pk=kept.delivery_id).values_list("pk", flat=True).first()
+    return Kept(kept.delivery_id, duplicate=False, copy_of=first)
 
 
 def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> Kept:
@@ -118,7 +144,7 @@ def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> 
 def next_id(file: str) -> int:
     """An id for a delivery kept in the database itself (one fetched from its agent): the
     inbox's sequence numbers them too, so no id is ever given twice."""
-    inbox = _connect(file)
+    inbox, _ = _connect(file)
     with writing(file):
         numbered = "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'push' RETURNING seq"
         return inbox.execute(numbered).fetchone()[0]
@@ -132,7 +158,7 @@ def take(limit: int) -> dict[int, int]:
     file = path()
     if file is None:
         return {}
-    rows = _connect(file).execute(
+    rows = _connect(file)[0].execute(
         "SELECT id, agent_id, endpoint_id, idempotency_key, received_at, kind, task_id, body,"
         " duplicates FROM push ORDER BY id LIMIT ?",
         (limit,),
@@ -224,7 +250,7 @@ def clear(moved: dict[int, int]) -> None:
     file = path()
     if file is None or not moved:
         return
-    inbox = _connect(file)
+    inbox, _ = _connect(file)
     with writing(file):
         deleted = inbox.execute(
             "DELETE FROM push WHERE id IN (SELECT value FROM json_each(?))"
@@ -243,13 +269,16 @@ def waiting() -> int:
     file = path()
     if file is None:
         return 0
-    return _connect(file).execute("SELECT count(*) FROM push").fetchone()[0]
+    return _connect(file)[0].execute("SELECT count(*) FROM push").fetchone()[0]
 
 
-def _connect(file: str) -> sqlite3.Connection:
+def _connect(file: str) -> tuple[sqlite3.Connection, bool]:
+    """This thread's connection to the inbox, and whether the database is attached to it
+    (as `onlooker`, read only by `keep`; not where the database is in memory)."""
+    database = _database()
     opened = getattr(_opened, "connection", None)
-    if opened is not None and opened[0] == file:
-        return opened[1]
+    if opened is not None and opened[0] == (file, database):
+        return opened[1], database is not None
     if opened is not None:
         opened[1].close()
     inbox = sqlite3.connect(file, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
@@ -267,9 +296,12 @@ def _connect(file: str) -> sqlite3.Connection:
         )
         inbox.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'push'", (floor,))
         inbox.execute("COMMIT")
+        if database is not None:
+            inbox.execute("ATTACH DATABASE ? AS onlooker", (database,))
     except BaseException:
-        inbox.execute("ROLLBACK")
+        if inbox.in_transaction:
+            inbox.execute("ROLLBACK")
         inbox.close()
         raise
-    _opened.connection = (file, inbox)
-    return inbox
+    _opened.connection = ((file, database), inbox)
+    return inbox, database is not None

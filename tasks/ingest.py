@@ -157,18 +157,8 @@ def _receive_in_inbox(
     )
     if kept.duplicate:
         return Result(Delivery(pk=kept.delivery_id, agent_id=agent_id), duplicate=True)
-    # A first copy the applier has taken from the inbox is the database's, committed before
-    # it left the inbox, so before this one could be kept there: looked for after, it is
-    # found. This copy is then counted on it when it is moved (inbox.take). The applier may
-    # have moved this very push meanwhile: that row is not another copy.
-    first = (
-        Delivery.objects.filter(agent_id=agent_id, idempotency_key=key)
-        .exclude(pk=kept.delivery_id)
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if first is not None:
-        return Result(Delivery(pk=first, agent_id=agent_id), duplicate=True, kept=True)
+    if kept.copy_of is not None:  # the database's: this copy is counted on it when moved
+        return Result(Delivery(pk=kept.copy_of, agent_id=agent_id), duplicate=True, kept=True)
     return Result(Delivery(pk=kept.delivery_id, agent_id=agent_id), duplicate=False)
 
 
