@@ -15,9 +15,9 @@ nothing is lost and nothing applied twice. The inbox's id sequence numbers every
 (`next_id` those kept in the database itself) and is kept above the database's highest
 delivery id, so the id the receiver answers with is the delivery's, and never another's.
 
-A copy of a push is found in the database (a read, which never waits for the write lock)
-or in the inbox (its unique key); a copy the receiver could not see, because the first was
-being moved just then, is found by the move and counted there.
+A copy of a push is found in the inbox (its unique key) or, once the first has been moved,
+in the database (read after the copy is kept, which never waits for the write lock: see
+`keep`); either way it is counted once, on the first, and never applied.
 
 PostgreSQL needs none of this (its writers lock rows, not the database), nor does a
 database in memory (one process; the tests'): `path()` is then None and pushes are kept in
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS push (
 """
 BUSY_TIMEOUT_SECONDS = 10.0  # the inbox's writers hold its lock for one row, or one DELETE
 
-_opened = threading.local()  # this thread's connection: (file, sqlite3.Connection)
+_opened = threading.local()  # this thread's connection: ((file, database), connection)
 
 
 def path() -> str | None:
