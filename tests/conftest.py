@@ -83,18 +83,22 @@ def quiet_broadcasts():
     notices.clear()
 
 
+_inboxes: dict[str, sqlite3.Connection] = {}
+
+
 @pytest.fixture(autouse=True)
 def empty_inbox():
     """The inbox file (SQLite, tasks/inbox.py) is not the test database: the database is
     emptied after each test, and so is the inbox, so no test takes another's pushes."""
     yield
     file = inbox.path()
-    if file is not None and os.path.exists(file):
-        with (
-            contextlib.closing(sqlite3.connect(file)) as opened,
-            opened,
-            contextlib.suppress(sqlite3.OperationalError),  # no table yet
-        ):
+    if file is None or not os.path.exists(file):
+        return
+    if file not in _inboxes:
+        _inboxes[file] = sqlite3.connect(file, isolation_level=None)
+    opened = _inboxes[file]
+    with contextlib.suppress(sqlite3.OperationalError):  # no table yet
+        if opened.execute("SELECT EXISTS (SELECT 1 FROM push)").fetchone()[0]:
             opened.execute("DELETE FROM push")
 
 
