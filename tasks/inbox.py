@@ -70,6 +70,18 @@ def path() -> str | None:
     return f"{database}-inbox" if database is not None else None
 
 
+def _taken_from() -> str | None:
+    """The inbox the applier takes pushes from: this process's, or, with the inbox turned
+    off, the one beside the database if a server kept pushes there before (acknowledged,
+    they must still be applied)."""
+    file = path()
+    if file is None and connection.vendor == "sqlite" and settings.ONLOOKER_INBOX == "off":
+        database = _database()
+        if database is not None and os.path.exists(f"{database}-inbox"):
+            return f"{database}-inbox"
+    return file
+
+
 def _database() -> str | None:
     """The database's file; None for one in memory."""
     database = str(connection.settings_dict["NAME"])
@@ -155,7 +167,7 @@ def take(limit: int) -> dict[int, int]:
     the caller's transaction, which holds the database's write lock. Returns what to `clear`
     once that transaction has committed: inbox id → copies counted on it when it was moved
     (nothing where there is no inbox)."""
-    file = path()
+    file = _taken_from()
     if file is None:
         return {}
     rows = _connect(file)[0].execute(
@@ -247,7 +259,7 @@ def clear(moved: dict[int, int]) -> None:
     """Delete moved pushes from the inbox: call once the move has committed, still holding
     the database's writer lock. A copy counted on one of them since it was moved is counted
     on its delivery."""
-    file = path()
+    file = _taken_from()
     if file is None or not moved:
         return
     inbox, _ = _connect(file)

@@ -187,3 +187,16 @@ def test_a_push_the_applier_moves_at_once_is_accepted_not_taken_for_a_copy_of_it
     outcome, delivery_id = answer(push(Client(), registered, status("WORKING"), msg_id="msg-moved"))
 
     assert (outcome, delivery_id) == ("accepted", last + 1)
+
+
+def test_pushes_kept_in_the_inbox_are_applied_after_it_is_turned_off(settings):
+    registered = make_agent()
+    _, delivery_id = answer(push(Client(), registered, status("WORKING", at=1, text="kept")))
+
+    settings.ONLOOKER_INBOX = "off"  # a restart with the inbox off, before they were applied
+    applier.apply_batch()
+
+    assert Delivery.objects.get(pk=delivery_id).outcome == "applied"
+    assert Task.objects.get().status_message == "kept"
+    settings.ONLOOKER_INBOX = ""
+    assert inbox.waiting() == 0
