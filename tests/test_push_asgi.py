@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from channels.layers import get_channel_layer
+from django.db import connection
 
 from dashboard.asgi import application
 from tasks.models import Delivery, Refusal
@@ -207,3 +209,53 @@ def test_a_content_length_that_is_no_plain_number_is_a_clear_4xx(declared, expec
     code, data = async_to_sync(scenario)()
     assert code == expected, data
     assert not Delivery.objects.exists()
+
+
+def signed_push(registered, at: int) -> int:
+    raw = json.dumps(status("WORKING", at=at, text=f"push {at}")).encode()
+    signed = [(k.encode(), v.encode()) for k, v in sign_headers(registered.secret, raw).items()]
+    code, _, _ = asgi_request(
+        registered.path, [(b"content-type", b"application/json"), *signed], raw
+    )
+    return code
+
+
+@pytest.fixture
+def postgresql_pool():
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite connections are kept anyway (CONN_MAX_AGE=None), and not pooled")
+    return connection.pool
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pushes_keep_their_thread_s_database_connection_rather_than_one_from_the_pool_each(
+    postgresql_pool,
+):
+    registered = make_agent(signing=True)
+    signed_push(registered, 1)  # the thread's connection, taken once
+    asked = postgresql_pool.get_stats().get("requests_num", 0)
+
+    assert [signed_push(registered, at) for at in (2, 3, 4)] == [200, 200, 200]
+
+    assert postgresql_pool.get_stats().get("requests_num", 0) == asked
+    assert Delivery.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_its_database_connection_breaks_a_push_is_refused_once_and_then_kept(
+    postgresql_pool,
+):
+    registered = make_agent(signing=True)
+    assert signed_push(registered, 1) == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    # The server ends the receiver's connection (a restart, an idle timeout, an operator).
+    with psycopg.connect(**connection.get_connection_params() | {"autocommit": True}) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    first, second = signed_push(registered, 2), signed_push(registered, 3)
+
+    assert (first, second) == (503, 200)  # the 503 is retried by its agent, and kept then
+    assert signed_push(registered, 2) == 200
+    assert Delivery.objects.count() == 3
