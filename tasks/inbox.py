@@ -134,23 +134,24 @@ def keep(
 
 
 def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> Kept:
-    while True:
-        try:
-            inserted = inbox.execute(
-                "INSERT INTO push (agent_id, endpoint_id, idempotency_key, received_at, kind,"
-                " task_id, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                values,
-            )
-            return Kept(inserted.lastrowid, duplicate=False)
-        except sqlite3.IntegrityError:
-            found = inbox.execute(
-                "UPDATE push SET duplicates = duplicates + 1"
-                " WHERE agent_id = ? AND idempotency_key = ? RETURNING id",
-                (agent_id, key),
-            ).fetchone()
-            if found is not None:
-                return Kept(found[0], duplicate=True)
-            # Moved to the database between the two: kept again, and found there after.
+    """Call holding the inbox's writer lock: a copy found here cannot be moved (deleted)
+    between the INSERT it refused and the UPDATE that counts it."""
+    try:
+        inserted = inbox.execute(
+            "INSERT INTO push (agent_id, endpoint_id, idempotency_key, received_at, kind,"
+            " task_id, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+        return Kept(inserted.lastrowid, duplicate=False)
+    except sqlite3.IntegrityError:
+        found = inbox.execute(
+            "UPDATE push SET duplicates = duplicates + 1"
+            " WHERE agent_id = ? AND idempotency_key = ? RETURNING id",
+            (agent_id, key),
+        ).fetchone()
+        if found is None:
+            raise  # not its key that the INSERT broke
+        return Kept(found[0], duplicate=True)
 
 
 def next_id(file: str) -> int:

@@ -200,3 +200,15 @@ def test_pushes_kept_in_the_inbox_are_applied_after_it_is_turned_off(settings):
     assert Task.objects.get().status_message == "kept"
     settings.ONLOOKER_INBOX = ""
     assert inbox.waiting() == 0
+
+
+def test_a_push_whose_ids_hold_a_lone_surrogate_is_kept_in_the_inbox_and_applied():
+    registered = make_agent()
+    body = status("WORKING", task="t\ud800", context="c\udfff", text="hi \ud800")
+
+    outcome, delivery_id = answer(push(Client(), registered, body))
+
+    assert outcome == "accepted"
+    applier.apply_batch()
+    assert Delivery.objects.get(pk=delivery_id).outcome == "applied"
+    assert Task.objects.get().task_id == "t\ufffd"
