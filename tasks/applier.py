@@ -101,7 +101,10 @@ def apply_batch(
             changed = _claim_and_apply(batch, limit, only, until, now)
         # Committed: what it moved is the database's now. Cleared before another process's
         # applier may take the inbox's pushes, so none is ever moved (or counted) twice.
-        inbox.clear(moved)
+        try:
+            inbox.clear(moved)
+        except Exception:  # noqa: BLE001 - the next move finds them moved and clears them
+            log.exception("could not clear %s moved pushes from the inbox", len(moved))
     if not changed:
         return batch
     # Committed: the write lock is free for pushes while the fragments render.

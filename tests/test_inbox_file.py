@@ -212,3 +212,40 @@ def test_a_push_whose_ids_hold_a_lone_surrogate_is_kept_in_the_inbox_and_applied
     applier.apply_batch()
     assert Delivery.objects.get(pk=delivery_id).outcome == "applied"
     assert Task.objects.get().task_id == "t\ufffd"
+
+
+def test_a_batch_whose_inbox_could_not_be_cleared_still_stands_and_the_next_move_clears_it(
+    monkeypatch,
+):
+    registered = make_agent()
+    _, delivery_id = answer(push(Client(), registered, status("WORKING", at=1, text="kept")))
+    monkeypatch.setattr(inbox, "BUSY_TIMEOUT_SECONDS", 0.1)
+    results = []
+
+    connected, locked = threading.Event(), threading.Event()
+
+    def apply_in_a_thread_of_its_own() -> None:  # its own connection, with that timeout
+        try:
+            inbox.waiting()
+            connected.set()
+            locked.wait(timeout=10)
+            results.append(applier.apply_batch())
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=apply_in_a_thread_of_its_own)
+    worker.start()
+    assert connected.wait(timeout=10)
+    # Another writer holds the inbox's lock longer than the applier waits for it.
+    with sqlite3.connect(inbox.path(), isolation_level=None) as other:
+        other.execute("BEGIN IMMEDIATE")
+        locked.set()
+        worker.join(timeout=30)
+        other.execute("ROLLBACK")
+
+    assert results and results[0].applied == 1  # applied and committed all the same
+    assert Delivery.objects.get(pk=delivery_id).outcome == "applied"
+    assert inbox.waiting() == 1  # still there: the next move finds it moved, and clears it
+    applier.apply_batch()
+    assert inbox.waiting() == 0
+    assert Delivery.objects.get().duplicates == 0 and Message.objects.count() == 1
