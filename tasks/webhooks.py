@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -28,7 +28,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import a2a_client, applier, broadcast, ingest, protocol
+from tasks import a2a_client, applier, broadcast, connections, ingest, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 from tasks.numbers import whole_number
 
@@ -319,15 +319,9 @@ def _asgi_headers(scope) -> CaseInsensitiveMapping:
 
 
 def _handle_in_thread(endpoint_id: str, headers: Mapping[str, str], body: bytes):
-    # Django closes a view's database connection when its request ends (on PostgreSQL,
-    # CONN_MAX_AGE=0 hands it back to the pool), because a view's thread is its request's.
-    # Pushes all run on this one long-lived thread: its connection is kept from one push to
-    # the next (taking it from the pool and handing it back cost a sixth of a push's CPU),
-    # and replaced only once an error has left it unusable.
-    if connection.connection is not None and connection.errors_occurred:
-        if not connection.is_usable():
-            connection.close()
-        connection.errors_occurred = False
+    # Pushes all run on this one long-lived thread (no request context names another), which
+    # keeps its database connection from one push to the next: tasks/connections.py.
+    connections.keep_unless_broken()
     return handle_push(endpoint_id, headers, lambda: body)
 
 

@@ -1,7 +1,8 @@
 """A process's background loop, as the applier and the notification sender run one: a daemon
 thread that does its `step` every `poll_seconds`, or at once when woken, survives any
-exception (logged; the next step tries again) and closes stale database connections between
-steps. `run_in_foreground` is the same loop for a management command."""
+exception (logged; the next step tries again) and keeps its database connection between
+steps unless an error broke it (tasks/connections.py). `run_in_foreground` is the same loop
+for a management command."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import signal
 import threading
 
-from django.db import close_old_connections
+from tasks import connections
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +68,21 @@ class Loop:
         self.begin()
         try:
             while not self._stopping:
+                woken = self._woken.is_set()
                 self._woken.clear()
                 try:
                     self.step()
                 except Exception:  # noqa: BLE001 - the database went away, say: try again
                     log.exception("%s: a step failed; trying again", self.name)
                     self.stopped.wait(self.failure_pause)
+                    if woken:  # what it was woken for is still to do: not left to the poll
+                        self._woken.set()
                 finally:
-                    close_old_connections()
+                    connections.keep_unless_broken()
                 self._woken.wait(self.poll_seconds)
         finally:
             self.end()
+            connections.close_this_thread_s()
 
 
 def run_in_foreground(loop: Loop, say, what: str) -> None:

@@ -502,3 +502,52 @@ def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_on
 
     view = SessionView.objects.get()
     assert "second" in view.card and view.revision == Session.objects.get().card.revision
+
+
+@pytest.fixture
+def postgresql_pool():
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite connections are kept anyway (CONN_MAX_AGE=None), and not pooled")
+    return connection.pool
+
+
+def test_the_applier_keeps_its_database_connection_rather_than_one_from_the_pool_each_batch(
+    settings, background, postgresql_pool
+):
+    settings.ONLOOKER_APPLIER = "background"
+    background.start()
+    registered = make_agent()
+    first = accepted(push(Client(), registered, status("WORKING", at=1)))
+    wait_until(lambda: Delivery.objects.filter(pk=first, outcome="applied").exists())
+    asked = postgresql_pool.get_stats().get("requests_num", 0)
+
+    for at in (2, 3, 4):  # each woken for and applied alone
+        delivery = accepted(push(Client(), registered, status("WORKING", at=at)))
+        wait_until(lambda d=delivery: Delivery.objects.filter(pk=d, outcome="applied").exists())
+
+    assert postgresql_pool.get_stats().get("requests_num", 0) == asked
+
+
+def test_the_applier_replaces_its_connection_once_the_server_has_ended_it(
+    settings, background, postgresql_pool
+):
+    settings.ONLOOKER_APPLIER = "background"
+    background.start()
+    registered = make_agent()
+    first = accepted(push(Client(), registered, status("WORKING", at=1)))
+    wait_until(lambda: Delivery.objects.filter(pk=first, outcome="applied").exists())
+    # The server ends every connection but this test's (a restart, an operator): the
+    # applier's, and those idle in the pool.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (ended,) = cursor.fetchone()
+    assert ended
+
+    later = accepted(push(Client(), registered, status("WORKING", at=2, text="after")))
+
+    # A step or two fail on connections the server ended, each replaced after it failed.
+    wait_until(lambda: Delivery.objects.filter(pk=later, outcome="applied").exists(), 15.0)
+    assert Task.objects.get().status_message == "after"
