@@ -511,31 +511,33 @@ def postgresql_pool():
     return connection.pool
 
 
-def test_the_applier_keeps_its_database_connection_rather_than_one_from_the_pool_each_batch(
-    settings, background, postgresql_pool
-):
+@pytest.fixture
+def applying_on_postgresql(settings, background, postgresql_pool):
+    """The background applier, after it applied one push (its connection is taken): the
+    agent that pushed it."""
     settings.ONLOOKER_APPLIER = "background"
     background.start()
     registered = make_agent()
-    first = accepted(push(Client(), registered, status("WORKING", at=1)))
-    wait_until(lambda: Delivery.objects.filter(pk=first, outcome="applied").exists())
+    applied(accepted(push(Client(), registered, status("WORKING", at=1))))
+    return registered
+
+
+def applied(delivery: int) -> None:
+    wait_until(lambda: Delivery.objects.filter(pk=delivery, outcome="applied").exists(), 15.0)
+
+
+def test_the_applier_keeps_its_database_connection_rather_than_one_from_the_pool_each_batch(
+    applying_on_postgresql, postgresql_pool
+):
     asked = postgresql_pool.get_stats().get("requests_num", 0)
 
     for at in (2, 3, 4):  # each woken for and applied alone
-        delivery = accepted(push(Client(), registered, status("WORKING", at=at)))
-        wait_until(lambda d=delivery: Delivery.objects.filter(pk=d, outcome="applied").exists())
+        applied(accepted(push(Client(), applying_on_postgresql, status("WORKING", at=at))))
 
     assert postgresql_pool.get_stats().get("requests_num", 0) == asked
 
 
-def test_the_applier_replaces_its_connection_once_the_server_has_ended_it(
-    settings, background, postgresql_pool
-):
-    settings.ONLOOKER_APPLIER = "background"
-    background.start()
-    registered = make_agent()
-    first = accepted(push(Client(), registered, status("WORKING", at=1)))
-    wait_until(lambda: Delivery.objects.filter(pk=first, outcome="applied").exists())
+def test_the_applier_replaces_its_connection_once_the_server_has_ended_it(applying_on_postgresql):
     # The server ends every connection but this test's (a restart, an operator): the
     # applier's, and those idle in the pool.
     with connection.cursor() as cursor:
@@ -546,8 +548,8 @@ def test_the_applier_replaces_its_connection_once_the_server_has_ended_it(
         (ended,) = cursor.fetchone()
     assert ended
 
-    later = accepted(push(Client(), registered, status("WORKING", at=2, text="after")))
+    later = accepted(push(Client(), applying_on_postgresql, status("WORKING", at=2, text="after")))
 
     # A step or two fail on connections the server ended, each replaced after it failed.
-    wait_until(lambda: Delivery.objects.filter(pk=later, outcome="applied").exists(), 15.0)
+    applied(later)
     assert Task.objects.get().status_message == "after"
