@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 class Loop:
     name = "onlooker-loop"
     stop_timeout = 5.0  # seconds stop() waits for the step in progress
-    failure_pause = 0.0  # seconds to rest after a failed step, besides the poll
+    # Seconds to rest after a failed step before the next: a step woken for is tried again
+    # then, so with no rest a database that is down would be asked (and logged) nonstop.
+    failure_pause = 1.0
 
     def __init__(self, poll_seconds: float) -> None:
         self.poll_seconds = poll_seconds

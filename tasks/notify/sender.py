@@ -509,7 +509,6 @@ class Background(Loop):
 
     def end(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        connections.close_all()
 
     def step(self) -> None:
         self._busy = {c: f for c, f in self._busy.items() if not f.done()}
