@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 from channels.layers import channel_layers
 from django.contrib.auth.models import Group, Permission, User
+from django.db import connection
 from django.test import Client
 from standardwebhooks import Webhook
 
@@ -109,6 +110,15 @@ def fresh_channel_layers():
     channel_layers.backends.clear()
     yield
     channel_layers.backends.clear()
+
+
+@pytest.fixture
+def postgresql_pool():
+    """The PostgreSQL connection pool (the test skipped on SQLite, whose connections are kept
+    anyway and not pooled)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite connections are kept anyway (CONN_MAX_AGE=None), and not pooled")
+    return connection.pool
 
 
 @pytest.fixture

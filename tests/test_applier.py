@@ -505,13 +505,6 @@ def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_on
 
 
 @pytest.fixture
-def postgresql_pool():
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite connections are kept anyway (CONN_MAX_AGE=None), and not pooled")
-    return connection.pool
-
-
-@pytest.fixture
 def applying_on_postgresql(settings, background, postgresql_pool):
     """The background applier, after it applied one push (its connection is taken): the
     agent that pushed it."""

@@ -220,13 +220,6 @@ def signed_push(registered, at: int) -> int:
     return code
 
 
-@pytest.fixture
-def postgresql_pool():
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite connections are kept anyway (CONN_MAX_AGE=None), and not pooled")
-    return connection.pool
-
-
 @pytest.mark.django_db(transaction=True)
 def test_pushes_keep_their_thread_s_database_connection_rather_than_one_from_the_pool_each(
     postgresql_pool,
