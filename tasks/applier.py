@@ -43,7 +43,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks import applier_process, changes, fragments, inbox, ingest, protocol, usage
-from tasks.models import Agent, Delivery, Session
+from tasks.models import Agent, Card, Delivery, Session
 from tasks.worker import Loop
 from tasks.writer import writing
 
@@ -65,6 +65,11 @@ MAX_BACKOFF = timedelta(hours=1)
 def backoff(attempts: int) -> timedelta:
     """How long after its `attempts`-th failure a delivery is tried again: 5 s, doubling."""
     return min(timedelta(seconds=5 * 2 ** (attempts - 1)), MAX_BACKOFF)
+
+
+UNREAD = object()  # a changed session's card, when the batch did not keep it
+# A session the batch changed: the session, its agent's team, its card as committed (or UNREAD).
+Changed = tuple[Session, int | None, Card | None | object]
 
 
 @dataclass
@@ -108,10 +113,13 @@ def apply_batch(
     if not changed:
         return batch
     # Committed: the write lock is free for pushes while the fragments render.
-    rendered = fragments.render_committed(list(changed.values()))
+    rendered = fragments.render_committed(
+        [(session, team) for session, team, _ in changed.values()],
+        {pk: card for pk, (_, _, card) in changed.items() if card is not UNREAD},
+    )
     if rendered:
         try:
-            with writing(), transaction.atomic():
+            with writing():
                 fragments.store_rendered(rendered)
         except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
             log.exception("could not store the fragments of a batch")
@@ -120,28 +128,35 @@ def apply_batch(
 
 def _claim_and_apply(
     batch: Batch, limit: int, only: int | None, until: tuple[float, float] | None, now
-) -> dict[int, tuple[Session, int | None]]:
+) -> dict[int, Changed]:
     """The batch's transaction, after its move from the inbox: claim, apply, derive."""
     postgresql = connection.vendor == "postgresql"
     due = _due() if only is None else _due().filter(pk=only)
-    claimed = list(due.select_for_update(skip_locked=True).order_by("pk")[:limit])
+    # Their agents in the same query (locking only the deliveries' rows).
+    claimed = list(
+        due.select_related("agent")
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("pk")[:limit]
+    )
     batch.claimed = len(claimed)
     if not claimed:
         return {}
-    agents = Agent.objects.in_bulk({d.agent_id for d in claimed})
-    for delivery in claimed:
-        delivery.agent = agents[delivery.agent_id]
+    agents: dict[int, Agent] = {}
+    for delivery in claimed:  # one object per agent, shared by its sessions' fragments
+        delivery.agent = agents.setdefault(delivery.agent_id, delivery.agent)
     try:
         with transaction.atomic():
             changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
+            if changed:  # a failure to mark them undoes the batch, applied alone below
+                fragments.mark_stale(list(changed), savepoint=False)
     except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
         # One of its deliveries failed (or met a session another process holds):
         # that one is found, and kept for a retry, one delivery at a time.
         log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
         batch.applied = batch.failed = batch.deferred = 0
         changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
-    if changed:
-        fragments.mark_stale(list(changed))
+        if changed:
+            fragments.mark_stale(list(changed))
     batch.sessions = set(changed)
     return changed
 
@@ -154,7 +169,7 @@ def _apply(
     until: tuple[float, float] | None,
     nowait: bool,
     alone: bool = False,
-) -> dict[int, tuple[Session, int | None]]:
+) -> dict[int, Changed]:
     """Apply the claimed deliveries in order, then derive each changed session once. Any
     error raises, for the caller to roll the batch back and apply it `alone`: each delivery
     in a savepoint and its session derived with it, so a failure (to apply or to derive) is
@@ -202,15 +217,16 @@ def _apply(
         usage.record(a.grown for appliers in by_session.values() for a in appliers)
     changed = {}
     for session_id, appliers in by_session.items():
-        if not alone:
-            ingest.derive(appliers)
+        # Applied alone, a session was derived with each of its deliveries, some of which
+        # may have been rolled back since: its card is read once this commits.
+        card = UNREAD if alone else ingest.derive(appliers)
         session = appliers[-1].session
         # Its fragments show its agent's name: the agent this batch loaded above, rather
         # than a query per session when they render (store_rendered stores them only if
         # the name is still the one they show).
         if session.agent_id == appliers[-1].agent.pk:
             session.agent = appliers[-1].agent
-        changed[session_id] = (session, teams[session_id])
+        changed[session_id] = (session, teams[session_id], card)
     if not alone:
         locked.timeline.write()  # the whole batch's entries, in one INSERT
     return changed

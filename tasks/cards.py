@@ -345,7 +345,7 @@ def markdown_digest(markdown: str | None) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-_NOT_READ = object()  # `store` reads the card itself unless its caller just did
+NOT_READ = object()  # `store` (and `from_session`) read the card unless their caller just did
 
 
 @dataclass(frozen=True)
@@ -392,7 +392,7 @@ def store(
     only_if_changed: bool,
     source: str = Card.Source.STATUS,
     status_digest: str = "",
-    current: Any = _NOT_READ,
+    current: Any = NOT_READ,
 ) -> Written:
     """Replace the session's card with already-normalized content. Clearing a card that
     never existed writes nothing; with `only_if_changed`, neither does a write that would
@@ -403,7 +403,7 @@ def store(
     (or None) when the caller has just read it under that lock."""
     # Joined to the caller's transaction (it holds the lock), without a savepoint of its own.
     with transaction.atomic(savepoint=False):
-        card = Card.objects.filter(session=session).first() if current is _NOT_READ else current
+        card = Card.objects.filter(session=session).first() if current is NOT_READ else current
         if card is None:
             if plan is None and markdown is None and not facts:
                 return Written(None, changed=False)
@@ -464,7 +464,9 @@ def recent_tasks(session: Session) -> list[Task]:
     return list(_RECENT_TASKS(session.pk))
 
 
-def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_READ) -> Written:
+def from_session(
+    session: Session, tasks: list[Task], *, question: Any = NOT_READ, card: Any = NOT_READ
+) -> Written:
     """Recompute an A2A session's card from what ingest stored; `tasks` newest first.
 
     Plan: the latest progress/v1 plan. Note: the latest status message that is not a
@@ -484,14 +486,15 @@ def from_session(session: Session, tasks: list[Task], *, question: Any = _NOT_RE
     plan = _agent_plan(planned.plan) if planned else None
     markdown = _bounded_note(noted.note) if noted else None
     status_digest = _content_digest(plan, markdown)
-    card = next(iter(_CARD(session.pk)), None)
+    if card is NOT_READ:  # else read by the caller, under the session's lock
+        card = next(iter(_CARD(session.pk)), None)
     source = Card.Source.STATUS
     if card is not None and card.source == Card.Source.API and card.status_digest == status_digest:
         # Two writers, one card: the latest write wins. The statuses give no plan or note
         # newer than what they gave before the card-API write, so that write stands.
         plan, markdown, source = card.plan, card.markdown or None, Card.Source.API
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
-    if question is _NOT_READ:
+    if question is NOT_READ:
         question = None
     if question is None and session.needs_human:
         question = (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import zlib
 from datetime import datetime
+from typing import Any
 
 from django.db import OperationalError, connection
 
@@ -87,10 +88,12 @@ def derive(
     *,
     updated_at: datetime | None = None,
     timeline: history.Pending | None = None,
+    card: Any = cards.NOT_READ,
 ) -> cards.Written:
     """The session's state, whether it needs a person, its title and its card, from what is
     stored under it now. Call under its lock, after the change. A new card revision is a
-    timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now."""
+    timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now.
+    `card`: the session's card (or None), when the caller read it under the lock."""
     tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
     waiting = session.derive_state(tasks)
     fields = ("state", "needs_human", "title")
@@ -98,7 +101,7 @@ def derive(
         session.updated_at = updated_at
         fields += ("updated_at",)
     prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
-    written = cards.from_session(session, tasks, question=waiting)
+    written = cards.from_session(session, tasks, question=waiting, card=card)
     if written.changed:
         if timeline is not None:
             timeline.card(session, written.card)

@@ -96,8 +96,12 @@ def store(session: Session) -> Stored:
     return Stored(card, html)
 
 
+def _view_fields(card: Card | None, html: dict[str, str]) -> dict:
+    return {"version": version(), "revision": card.revision if card else 0, **html}
+
+
 def _store(session: Session, card: Card | None, html: dict[str, str]) -> None:
-    fields = {"version": version(), "revision": card.revision if card else 0, **html}
+    fields = _view_fields(card, html)
     # One UPDATE on the hot path; the INSERT only for a session's first change. The caller
     # holds the session's row lock (or, storing after commit, SQLite's one write lock or the
     # unique session), so a second INSERT fails rather than duplicates.
@@ -202,9 +206,14 @@ def changed(session: Session, *, team_id: int | None) -> None:
 # pages render them afresh, never show what the session was before.
 
 
-def mark_stale(session_ids: list[int]) -> None:
+def mark_stale(session_ids: list[int], *, savepoint: bool = True) -> None:
     """Call in the transaction that changed the sessions. Never undoes it: a failure to mark
-    (or, failing that, to drop) the fragments is rolled back alone and logged."""
+    (or, failing that, to drop) the fragments is rolled back alone and logged. Without
+    `savepoint` (two round trips on PostgreSQL), a failure raises instead, for a caller that
+    can undo its change and make it again."""
+    if not savepoint:
+        SessionView.objects.filter(session_id__in=session_ids).update(version="")
+        return
     try:
         with transaction.atomic():
             SessionView.objects.filter(session_id__in=session_ids).update(version="")
@@ -225,14 +234,20 @@ class Rendered:
     stored: Stored
 
 
-def render_committed(changed: list[tuple[Session, int | None]]) -> list[Rendered]:
+def render_committed(
+    changed: list[tuple[Session, int | None]], cards: dict[int, Card | None] | None = None
+) -> list[Rendered]:
     """Render changed sessions' fragments (with their teams) after their change committed
-    (no lock held); one query reads all of their cards."""
-    try:
-        cards = Card.objects.in_bulk([s.pk for s, _ in changed], field_name="session_id")
-    except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
-        log.exception("could not read the cards of sessions to render")
-        return []
+    (no lock held). `cards`: the cards they committed with, by session, where the caller
+    has them (the applier's batch derived them); one query reads the others'."""
+    cards = dict(cards or {})
+    unread = [s.pk for s, _ in changed if s.pk not in cards]
+    if unread:
+        try:
+            cards.update(Card.objects.in_bulk(unread, field_name="session_id"))
+        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+            log.exception("could not read the cards of sessions to render")
+            return []
     rendered = []
     for session, team_id in changed:
         card = cards.get(session.pk)
@@ -256,8 +271,26 @@ def _as_rendered(one: Rendered) -> tuple:
 
 
 def store_rendered(rendered: list[Rendered]) -> None:
-    """Store what `render_committed` rendered, in the caller's (short) transaction, for each
-    session still as rendered (one query tells); hint browsers of those after commit."""
+    """Store what `render_committed` rendered, in a short transaction of its own, for each
+    session still as rendered (one query tells); hint browsers of those after commit.
+
+    All of them in one statement: on PostgreSQL each statement is a round trip, and a batch
+    may hold hundreds of sessions. Should that fail, each is stored alone in a savepoint, so
+    one session's failure leaves the others stored."""
+    try:
+        with transaction.atomic():
+            _store_rendered(rendered, together=True)
+        return
+    except Exception:  # noqa: BLE001 - rolled back whole: try each alone
+        log.info("could not store a batch's fragments together; storing each", exc_info=True)
+    with transaction.atomic():
+        _store_rendered(rendered, together=False)
+
+
+_STORED_FIELDS = ["version", "revision", *PARTIALS]
+
+
+def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
     now = {
         pk: tuple(shown)
         for pk, *shown in Session.objects.filter(
@@ -266,17 +299,30 @@ def store_rendered(rendered: list[Rendered]) -> None:
             "pk", "state", "needs_human", "title", "updated_at", "agent__name", "card__revision"
         )
     }
-    for one in rendered:
-        session, card = one.session, one.stored.card
-        if now.get(session.pk) != _as_rendered(one):
-            continue  # changed since: its writer stores and hints its own
-        try:
-            with transaction.atomic():
-                _store(session, card, one.stored.html)
-        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
-            log.exception("could not store the fragments of session %s", session.pk)
-            continue
-        message = snapshot(session, one.stored)
+    # Changed since (or gone) otherwise: its writer stores and hints its own.
+    current = [one for one in rendered if now.get(one.session.pk) == _as_rendered(one)]
+    if together:
+        views = [
+            SessionView(session=one.session, **_view_fields(one.stored.card, one.stored.html))
+            for one in current
+        ]
+        # An UPDATE of the row a session's first change inserted; INSERT for a first change.
+        SessionView.objects.bulk_create(
+            views, update_conflicts=True, unique_fields=["session"], update_fields=_STORED_FIELDS
+        )
+        stored = current
+    else:
+        stored = []
+        for one in current:
+            try:
+                with transaction.atomic():
+                    _store(one.session, one.stored.card, one.stored.html)
+            except Exception:  # noqa: BLE001 - stays marked stale: pages render it on read
+                log.exception("could not store the fragments of session %s", one.session.pk)
+                continue
+            stored.append(one)
+    for one in stored:
+        message = snapshot(one.session, one.stored)
         transaction.on_commit(
             lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
         )

@@ -204,6 +204,9 @@ class Locked:
         self._held: set[tuple[int, str]] = set()
         # (agent, task id) → session id, for the tasks `preload` found.
         self.session_of: dict[tuple[int, str], int] = {}
+        # The locked sessions' cards (a session without one is not here): derive reads them
+        # from here rather than one query per session. Only derive writes a card in a batch.
+        self.cards: dict[int, Card] = {}
         self.forgot = False
         # The batch's timeline entries, inserted together once it is applied (applier.py).
         self.timeline = timeline.Pending()
@@ -212,8 +215,8 @@ class Locked:
         self.fresh: set[int] = set()
 
     def preload(self, deliveries: list[Delivery]) -> None:
-        """Lock and load, in three queries, the sessions and tasks these deliveries go to
-        that exist already, rather than three queries per task as each is first met. A session
+        """Lock and load, in four queries, the sessions, tasks and cards these deliveries go
+        to that exist already, rather than four queries per task as each is first met. A session
         another process holds is passed over, and its deliveries are deferred (`held`)."""
         wanted = {(d.agent_id, d.task_id) for d in deliveries if d.task_id}
         if not wanted:
@@ -230,6 +233,8 @@ class Locked:
         sessions = changes.lock_all(set(sessions_of.values()), skip_locked=self.nowait)
         self.sessions.update((session.pk, session) for session in sessions)
         self._held = {key for key, id_ in sessions_of.items() if id_ not in self.sessions}
+        if self.sessions:
+            self.cards = Card.objects.in_bulk(list(self.sessions), field_name="session_id")
         for task in Task.objects.filter(
             session_id__in=self.sessions.keys(),
             agent_id__in={a for a, _ in wanted},
@@ -247,6 +252,7 @@ class Locked:
         the database, so they are read again (the row locks stay: the transaction goes on)."""
         self.sessions.clear()
         self.tasks.clear()
+        self.cards.clear()
         self.timeline.drop()
         self.forgot = True
 
@@ -303,18 +309,22 @@ def record_outcomes(deliveries: list[Delivery]) -> None:
         )
 
 
-def derive(appliers: list[_Applier]) -> None:
-    """After one session's deliveries are applied, in order: derive its state and card once.
-    The latest applied note becomes the card's receipt if it changed the card; the others
-    never reached the card, so they are kept as the agent said them."""
+def derive(appliers: list[_Applier]) -> Card | None:
+    """After one session's deliveries are applied, in order: derive its state and card once;
+    returns the card. The latest applied note becomes the card's receipt if it changed the
+    card; the others never reached the card, so they are kept as the agent said them."""
     session = appliers[-1].session
     if appliers[-1].locked.forgot:
         session.refresh_from_db()  # as its deliveries left it, whatever a failed one did
     noted = [a for a in appliers if a.note is not None]
     for applier in noted[:-1]:
         applier.keep_note_as_said()
+    locked = appliers[-1].locked
     written = changes.derive(
-        session, updated_at=appliers[-1].now, timeline=appliers[-1].locked.timeline
+        session,
+        updated_at=appliers[-1].now,
+        timeline=locked.timeline,
+        card=locked.cards.get(session.pk, cards.NOT_READ),
     )
     receipt_by = (
         noted[-1]
@@ -323,6 +333,9 @@ def derive(appliers: list[_Applier]) -> None:
     )
     if receipt_by is not None:
         receipt_by.receipt(written)
+    if written.card is not None:
+        locked.cards[session.pk] = written.card  # a card it created, for a later derive
+    return written.card
 
 
 def apply_fetched(agent: Agent, task: dict) -> Result:

@@ -166,9 +166,15 @@ def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
         batch = applier.apply_batch(seconds=60.0)  # however slow this machine is today
 
     assert (batch.claimed, batch.applied, len(batch.sessions)) == (6, 6, 2)
-    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "tasks_sessionview"')]
-    stores = [sql for sql in updates if '"card" = ' in sql]
-    assert len(stores) == 2, [sql[:60] for sql in updates]
+    # Both sessions' in one statement (each statement is a round trip on PostgreSQL).
+    stores = [
+        q["sql"]
+        for q in queries
+        if q["sql"].startswith(('UPDATE "tasks_sessionview"', 'INSERT INTO "tasks_sessionview"'))
+        and '"card"' in q["sql"]
+    ]
+    assert len(stores) == 1, [sql[:60] for sql in stores]
+    assert SessionView.objects.filter(revision__gt=0).count() == 2
     # ...showing where each session is now, not where the batch's first push left it.
     view = SessionView.objects.get(session__context_id="ctx-1")
     assert "step 4" in view.card and "step 1" not in view.card
@@ -216,8 +222,48 @@ def test_a_batch_whose_deliveries_all_apply_takes_no_savepoint_per_delivery(kept
 
     assert (batch.applied, len(batch.sessions)) == (6, 2)
     savepoints = [q["sql"] for q in queries if q["sql"].startswith("SAVEPOINT")]
-    # The batch's own, marking fragments stale, and storing each session's fragments.
-    assert len(savepoints) == 2 + 2, savepoints
+    # The batch's own only: marking and storing fragments take none either.
+    assert len(savepoints) == 1, savepoints
+
+
+def test_a_batch_reads_its_sessions_cards_in_one_query_not_per_session(kept_only):
+    registered = make_agent()
+    contexts = [f"ctx-{n}" for n in range(4)]
+    for n, context in enumerate(contexts):
+        push(Client(), registered, status("WORKING", task=f"t-{n}", context=context, text="a"))
+    applier.drain()  # four sessions, each with a card
+    for n, context in enumerate(contexts):
+        push(Client(), registered, status("WORKING", task=f"t-{n}", context=context, text="b"))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (4, 4)
+    # Read with its locked sessions, and not again to render their fragments after commit.
+    reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "tasks_card"')]
+    assert len(reads) == 1, [sql[:80] for sql in reads]
+    views = SessionView.objects.select_related("session__card")
+    assert [(v.revision, ">b</p>" in v.card) for v in views] == [
+        (v.session.card.revision, True) for v in views
+    ]
+
+
+def test_fragments_a_batch_cannot_store_together_are_stored_each_alone(kept_only, database):
+    registered = make_agent()
+    push(Client(), registered, status("WORKING", at=1, text="first"))
+    applier.drain()  # ctx-1 has stored fragments
+    database.refuse("tasks_sessionview", "INSERT")  # a new session's first fragments fail
+    push(Client(), registered, status("WORKING", at=2, text="second"))
+    push(Client(), registered, status("WORKING", task="t-2", context="ctx-2", at=2, text="new"))
+
+    batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (2, 2)
+    view = SessionView.objects.get()  # ctx-1's, stored although ctx-2's could not be
+    assert view.session.context_id == "ctx-1" and ">second</p>" in view.card
+    assert view.revision == Session.objects.get(context_id="ctx-1").card.revision
+    # ctx-2's fragments are rendered on read meanwhile.
+    assert Session.objects.get(context_id="ctx-2").card.markdown == "new"
 
 
 def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(kept_only, caplog):
@@ -309,13 +355,10 @@ def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kep
         batch = applier.apply_batch(seconds=60.0)
 
     assert (batch.applied, len(batch.sessions)) == (3, 3)
-    # Loaded once (the inbox's move only asks which of its agents still exist).
-    agents = [
-        q["sql"]
-        for q in queries
-        if 'FROM "tasks_agent"' in q["sql"] and '"tasks_agent"."name"' in q["sql"].split("FROM")[0]
-    ]
-    assert len(agents) == 1, agents
+    # Loaded once, with the deliveries (the inbox's move only asks which of its agents
+    # still exist).
+    agents = [q["sql"] for q in queries if '"tasks_agent"."card_url"' in q["sql"]]
+    assert len(agents) == 1 and 'FROM "tasks_delivery"' in agents[0], agents
     # The tiles it stored still name the agent.
     assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
 
