@@ -382,13 +382,38 @@ function keepWhatThePersonWasDoing(current, replacement) {
   if (active?.id && current.contains(active)) current.dataset.focusedId = active.id;
 }
 
+// The activity is rendered per request (it holds this person's buttons): every refetch is a
+// view on the server, for every person on the page. The first change after a quiet spell
+// shows within ACTIVITY_DELAY; while the session keeps changing (an agent streaming its
+// statuses) the page refetches at most once per ACTIVITY_SPACING, never two at once, and
+// always once more after the last change.
+const ACTIVITY_DELAY = 300;
+const ACTIVITY_SPACING = 1000;
 let activityTimer = null;
+let activityLoading = false;
+let activityAgain = false;
+let activityLoadedAt = -Infinity;
 function refreshActivity() {
   if (!body.dataset.activityUrl || activityTimer) return;
-  activityTimer = setTimeout(() => {
+  if (activityLoading) {
+    activityAgain = true;
+    return;
+  }
+  const spaced = activityLoadedAt + ACTIVITY_SPACING - performance.now();
+  activityTimer = setTimeout(async () => {
     activityTimer = null;
-    loadActivity();
-  }, 300);
+    activityLoading = true;
+    activityLoadedAt = performance.now();
+    try {
+      await loadActivity();
+    } finally {
+      activityLoading = false;
+      if (activityAgain) {
+        activityAgain = false;
+        refreshActivity();
+      }
+    }
+  }, Math.max(ACTIVITY_DELAY, spaced));
 }
 
 async function loadActivity() {

@@ -5,6 +5,7 @@ Send in reach, the sidebar is a drawer there, and the open session's row says it
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -138,6 +139,38 @@ def test_a_run_of_card_updates_is_one_line_that_opens_to_each_receipt(
     send(server, registered, status("WORKING", at=5, metadata=steps))
     expect(summary).to_contain_text("5 card updates")
     expect(receipts.nth(4)).to_be_visible()
+
+
+def test_a_session_changing_fast_refetches_its_activity_at_most_once_a_second_then_the_last(
+    server, page, login, open_live, alice, ops
+):
+    registered = make_agent(team=ops)
+    steps = progress(("Step", "completed"), ("Next", "in_progress"))
+    session = send(server, registered, status("WORKING", at=1, metadata=steps))
+    login(alice)
+    open_live(f"/sessions/{session.pk}/")
+    summary = page.locator(".transcript > [data-receipts] summary")
+    now = "performance.now()"  # the page's clock: its requests are timed on it
+
+    started = page.evaluate(now)
+    for second in range(2, 17):  # an agent streaming its statuses, several a second
+        steps = progress(*[("Step", "completed")] * second, ("Next", "in_progress"))
+        send(server, registered, status("WORKING", at=second, metadata=steps))
+        time.sleep(0.15)
+    ended = page.evaluate(now)
+
+    # The last change shows (one refetch after it)...
+    expect(summary).to_contain_text("16 card updates")
+    # ...and meanwhile one refetch a second at most, the first one included: refetching
+    # within 300 ms of every change would have been about three a second.
+    fetched = page.evaluate(
+        """() => performance.getEntriesByType("resource")
+            .filter((entry) => entry.name.includes("/activity/"))
+            .map((entry) => entry.startTime)"""
+    )
+    during = [at for at in fetched if started <= at <= ended]
+    seconds = (ended - started) / 1000
+    assert 1 <= len(during) <= seconds + 1, (len(during), round(seconds, 1))
 
 
 # -- a phone: answer buttons and Send in reach ----------------------------------------------------
