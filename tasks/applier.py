@@ -215,11 +215,14 @@ def _apply(
         ingest.record_outcomes(done)
         # The batch's telemetry, one statement for all of it (none when it had none).
         usage.record(a.grown for appliers in by_session.values() for a in appliers)
+    # What deriving reads, for all of the batch's sessions at once (a lone session's reads
+    # are prepared statements, cheaper than compiling these).
+    reads = changes.read_all(list(by_session)) if not alone and len(by_session) > 1 else {}
     changed = {}
     for session_id, appliers in by_session.items():
         # Applied alone, a session was derived with each of its deliveries, some of which
         # may have been rolled back since: its card is read once this commits.
-        card = UNREAD if alone else ingest.derive(appliers)
+        card = UNREAD if alone else ingest.derive(appliers, reads.get(session_id))
         session = appliers[-1].session
         # Its fragments show its agent's name: the agent this batch loaded above, rather
         # than a query per session when they render (store_rendered stores them only if

@@ -20,6 +20,7 @@ from typing import Any
 import bleach
 from bleach import html5lib_shim
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
@@ -450,11 +451,16 @@ _NO_TIME = datetime.min.replace(tzinfo=UTC)
 RECENT_TASKS = 20
 
 
+def recent_first() -> list:
+    """Newest turn first: how `recent_tasks` (and changes.read_all) order a session's tasks."""
+    return [Coalesce("status_timestamp", "status_received_at").desc(), F("id").desc()]
+
+
 # Read by every derive (prepared.py says why they are prepared).
 _RECENT_TASKS = Prepared(
-    lambda session_id: Task.objects.filter(session_id=session_id).order_by(
-        Coalesce("status_timestamp", "status_received_at").desc(), "-id"
-    )[:RECENT_TASKS]
+    lambda session_id: Task.objects.filter(session_id=session_id).order_by(*recent_first())[
+        :RECENT_TASKS
+    ]
 )
 _CARD = Prepared(lambda session_id: Card.objects.filter(session_id=session_id))
 

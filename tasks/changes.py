@@ -13,14 +13,17 @@ Sessions are created only by `open_session`.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import OperationalError, connection
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 
 from tasks import cards, fragments, prepared, search
 from tasks import timeline as history
-from tasks.models import Agent, Session
+from tasks.models import NEWEST_OPEN_ORDER, Agent, Interaction, Session, Task
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
 
@@ -89,13 +92,19 @@ def derive(
     updated_at: datetime | None = None,
     timeline: history.Pending | None = None,
     card: Any = cards.NOT_READ,
+    read: Read | None = None,
 ) -> cards.Written:
     """The session's state, whether it needs a person, its title and its card, from what is
     stored under it now. Call under its lock, after the change. A new card revision is a
     timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now.
-    `card`: the session's card (or None), when the caller read it under the lock."""
-    tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
-    waiting = session.derive_state(tasks)
+    `card`: the session's card (or None), and `read`, what else it reads, when the caller
+    read them under the lock."""
+    if read is None:
+        tasks = cards.recent_tasks(session)  # the newest turns hold everything the card shows
+        waiting = session.derive_state(tasks)
+    else:
+        tasks = read.tasks
+        waiting = session.derive_state(tasks, read.waiting)
     fields = ("state", "needs_human", "title")
     if updated_at is not None:
         session.updated_at = updated_at
@@ -109,6 +118,39 @@ def derive(
             history.card_written(session, written.card)
     search.keep(session, written.card)  # writes only if its title, plan or note changed
     return written
+
+
+@dataclass(frozen=True)
+class Read:
+    """What deriving a session reads: its newest tasks, newest first, and its newest open
+    interaction (with its task's state as `task_state`), or None."""
+
+    tasks: list[Task]
+    waiting: Interaction | None
+
+
+def read_all(session_ids: list[int]) -> dict[int, Read]:
+    """What `derive` reads, for many sessions in two queries rather than two per session
+    (the applier's batch). Call under their locks, once their changes are made: deriving a
+    session changes neither its tasks nor its interactions."""
+    newest = Window(RowNumber(), partition_by=[F("session_id")], order_by=cards.recent_first())
+    ranked = (
+        Task.objects.filter(session_id__in=session_ids)
+        .annotate(turn=newest)
+        .filter(turn__lte=cards.RECENT_TASKS)
+    )
+    tasks: dict[int, list[Task]] = {pk: [] for pk in session_ids}
+    for task in sorted(ranked, key=lambda t: (t.session_id, t.turn)):
+        tasks[task.session_id].append(task)
+    waiting: dict[int, Interaction] = {}
+    open_ones = (
+        Interaction.objects.filter(task__session_id__in=session_ids, state=Interaction.State.OPEN)
+        .annotate(task_state=F("task__state"), session_of=F("task__session_id"))
+        .order_by(*NEWEST_OPEN_ORDER)
+    )
+    for interaction in open_ones:
+        waiting.setdefault(interaction.session_of, interaction)  # the first is the newest
+    return {pk: Read(tasks[pk], waiting.get(pk)) for pk in session_ids}
 
 
 def publish(session: Session, *, team_id: int | None) -> None:

@@ -309,10 +309,11 @@ def record_outcomes(deliveries: list[Delivery]) -> None:
         )
 
 
-def derive(appliers: list[_Applier]) -> Card | None:
+def derive(appliers: list[_Applier], read: changes.Read | None = None) -> Card | None:
     """After one session's deliveries are applied, in order: derive its state and card once;
     returns the card. The latest applied note becomes the card's receipt if it changed the
-    card; the others never reached the card, so they are kept as the agent said them."""
+    card; the others never reached the card, so they are kept as the agent said them.
+    `read`: what deriving reads of the session, read with others' (changes.read_all)."""
     session = appliers[-1].session
     if appliers[-1].locked.forgot:
         session.refresh_from_db()  # as its deliveries left it, whatever a failed one did
@@ -325,6 +326,7 @@ def derive(appliers: list[_Applier]) -> Card | None:
         updated_at=appliers[-1].now,
         timeline=locked.timeline,
         card=locked.cards.get(session.pk, cards.NOT_READ),
+        read=read,
     )
     receipt_by = (
         noted[-1]

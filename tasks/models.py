@@ -24,6 +24,8 @@ from tasks import tiers
 from tasks.prepared import Prepared
 from tasks.stored_json import StoredJSONDecoder
 
+_UNREAD = object()  # a default: read it here, the caller did not
+
 
 class TaskState(models.TextChoices):
     SUBMITTED = "TASK_STATE_SUBMITTED", "submitted"
@@ -198,7 +200,7 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title or self.context_id
 
-    def derive_state(self, tasks: list[Task]) -> Interaction | None:
+    def derive_state(self, tasks: list[Task], waiting: Any = _UNREAD) -> Interaction | None:
         """The session's state and whether it needs a person, from its tasks (`tasks`: its
         newest, newest first). The state is the newest task's, unless a person is asked
         something in an older one: that task's state then, so a session is never shown done
@@ -209,8 +211,10 @@ class Session(models.Model):
         A session needs a person exactly while one of its interactions is open: every writer
         of interactions derives this (changes.derive, under the session's row lock) before
         saving the session, so the flag the screens sort and count by never outlives the
-        question."""
-        waiting = next(iter(_NEWEST_OPEN_INTERACTION(self.pk)), None)
+        question. `waiting`: that interaction (or None), when the caller read it for many
+        sessions at once (changes.read_all)."""
+        if waiting is _UNREAD:
+            waiting = next(iter(_NEWEST_OPEN_INTERACTION(self.pk)), None)
         self.needs_human = waiting is not None
         if waiting is not None:
             self.state = waiting.task_state
@@ -228,12 +232,13 @@ class Session(models.Model):
 
 
 # A session's newest open interaction, with its task's state (`task_state`): read by every
-# derive (prepared.py says why it is prepared).
+# derive (prepared.py says why it is prepared). changes.read_all reads the same for many.
+NEWEST_OPEN_ORDER = ("-opened_at", "-id")
 _NEWEST_OPEN_INTERACTION = Prepared(
     lambda session_id: (
         Interaction.objects.filter(task__session_id=session_id, state=Interaction.State.OPEN)
         .annotate(task_state=F("task__state"))
-        .order_by("-opened_at", "-id")[:1]
+        .order_by(*NEWEST_OPEN_ORDER)[:1]
     )
 )
 

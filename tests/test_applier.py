@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from tasks import applier, changes, fragments, inbox
 from tasks.models import Artifact, Delivery, Message, Session, SessionView, Task
-from tests.builders import artifact, status
+from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -246,6 +246,55 @@ def test_a_batch_reads_its_sessions_cards_in_one_query_not_per_session(kept_only
     assert [(v.revision, ">b</p>" in v.card) for v in views] == [
         (v.session.card.revision, True) for v in views
     ]
+
+
+def pushes_to_four_sessions() -> list[dict]:
+    """Two questions open in two turns, a question its task's end closed, more turns than a
+    card reads (the newest ended), a plan."""
+    pushes = [
+        status("WORKING", task="a-1", context="a", at=1, text="Looking"),
+        status("AUTH_REQUIRED", task="a-1", context="a", at=2, metadata=approval("i-1", "Deploy?")),
+        status("WORKING", task="a-2", context="a", at=3, text="Meanwhile, the docs"),
+        status("INPUT_REQUIRED", task="a-2", context="a", at=4, metadata=approval("i-3", "Which?")),
+        status("INPUT_REQUIRED", task="b-1", context="b", at=1, metadata=approval("i-2", "Which?")),
+        status("COMPLETED", task="b-1", context="b", at=2, text="Done without it"),
+    ]
+    pushes += [
+        status("WORKING", task=f"c-{n}", context="c", at=n, text=f"Turn {n}") for n in range(25)
+    ]
+    pushes.append(status("COMPLETED", task="c-24", context="c", at=30))
+    steps = progress(("Read", "completed"), ("Write", "in_progress"), ("Ship", "pending"))
+    pushes.append(status("WORKING", task="d-1", context="d", at=1, metadata=steps))
+    return pushes
+
+
+def derived(agent) -> dict:
+    return {
+        s.context_id: (s.state, s.needs_human, s.title, s.card.plan, s.card.markdown, s.card.facts)
+        for s in Session.objects.filter(agent=agent).select_related("card")
+    }
+
+
+def test_a_batch_of_many_sessions_derives_each_as_its_pushes_applied_one_by_one_would(kept_only):
+    one_by_one, batched = make_agent(name="One by one"), make_agent(name="Batched")
+    for body in pushes_to_four_sessions():
+        push(Client(), one_by_one, body)
+        assert applier.apply_batch(seconds=60.0).applied == 1
+    for body in pushes_to_four_sessions():
+        push(Client(), batched, body)
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (33, 4)
+    # What deriving reads, read for the four sessions at once.
+    newest_open = 'FROM "tasks_interaction" INNER JOIN "tasks_task"'
+    reads = [q["sql"] for q in queries if newest_open in q["sql"] and "opened_at" in q["sql"]]
+    assert len(reads) == 1 and '"session_id" IN (' in reads[0], reads
+    assert derived(batched.agent) == derived(one_by_one.agent)
+    assert derived(batched.agent)["a"][:2] == ("TASK_STATE_INPUT_REQUIRED", True)
+    assert derived(batched.agent)["b"][:2] == ("TASK_STATE_COMPLETED", False)
+    assert derived(batched.agent)["c"][0] == "TASK_STATE_COMPLETED"
 
 
 def test_fragments_a_batch_cannot_store_together_are_stored_each_alone(kept_only, database):
