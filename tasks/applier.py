@@ -10,13 +10,16 @@ response arrives. On SQLite a batch first moves the pushes waiting in the inbox 
 the database (inbox.py), and clears them from the inbox once it has committed.
 
 A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
-LOCKED` on PostgreSQL, so processes never claim the same ones), locks and loads the sessions
-and tasks they go to in three queries, applies them in the order they were received, and
-derives every session it changed once, at the end. Its fragments are rendered once per batch
-however many of its pushes the batch held, after the batch commits (so pushes are not kept
-waiting for SQLite's write lock while they render), and stored in a short second
-transaction; browsers are hinted after that commits (fragments.py says how nothing stale is
-ever shown meanwhile). A session another process is applying (its row is locked) is skipped,
+LOCKED` on PostgreSQL, so processes never claim the same ones) with their agents, locks and
+loads the sessions, tasks and cards they go to in four queries, applies them in the order
+they were received, and derives every session it changed once, at the end (what deriving
+reads, read for all of them at once). Each of its statements is a round trip to
+PostgreSQL: they are counted. Its fragments are rendered once per batch however many of its
+pushes the batch held, and stored in one statement: on PostgreSQL in the batch's
+transaction, under the sessions' row locks; on SQLite after the batch commits (so pushes
+are not kept waiting for the one write lock while they render), in a short second
+transaction (fragments.py says how nothing stale is ever shown meanwhile). Browsers are
+hinted once they are stored. A session another process is applying (its row is locked) is skipped,
 not waited for: its deliveries stay pending for the next batch, so one session is never
 applied by two processes at once and two appliers never deadlock. Under load, a thin batch
 (about one delivery per session) is followed by a rest so the next holds more of each
@@ -103,20 +106,17 @@ def apply_batch(
     with writing():
         with transaction.atomic():
             moved = inbox.take(limit)
-            changed = _claim_and_apply(batch, limit, only, until, now)
+            changed, published = _claim_and_apply(batch, limit, only, until, now)
         # Committed: what it moved is the database's now. Cleared before another process's
         # applier may take the inbox's pushes, so none is ever moved (or counted) twice.
         try:
             inbox.clear(moved)
         except Exception:  # noqa: BLE001 - the next move finds them moved and clears them
             log.exception("could not clear %s moved pushes from the inbox", len(moved))
-    if not changed:
+    if not changed or published:
         return batch
     # Committed: the write lock is free for pushes while the fragments render.
-    rendered = fragments.render_committed(
-        [(session, team) for session, team, _ in changed.values()],
-        {pk: card for pk, (_, _, card) in changed.items() if card is not UNREAD},
-    )
+    rendered = fragments.render_many(*_renderable(changed))
     if rendered:
         try:
             with writing():
@@ -128,8 +128,10 @@ def apply_batch(
 
 def _claim_and_apply(
     batch: Batch, limit: int, only: int | None, until: tuple[float, float] | None, now
-) -> dict[int, Changed]:
-    """The batch's transaction, after its move from the inbox: claim, apply, derive."""
+) -> tuple[dict[int, Changed], bool]:
+    """The batch's transaction, after its move from the inbox: claim, apply, derive; on
+    PostgreSQL, publish too. Returns the sessions it changed, and whether their fragments
+    are stored (else they are marked stale, to render once this commits)."""
     postgresql = connection.vendor == "postgresql"
     due = _due() if only is None else _due().filter(pk=only)
     # Their agents in the same query (locking only the deliveries' rows).
@@ -140,14 +142,21 @@ def _claim_and_apply(
     )
     batch.claimed = len(claimed)
     if not claimed:
-        return {}
+        return {}, False
     agents: dict[int, Agent] = {}
     for delivery in claimed:  # one object per agent, shared by its sessions' fragments
         delivery.agent = agents.setdefault(delivery.agent_id, delivery.agent)
+    published = False
     try:
         with transaction.atomic():
             changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
-            if changed:  # a failure to mark them undoes the batch, applied alone below
+            # A failure to publish (or mark) them undoes the batch, applied alone below.
+            if changed and postgresql:
+                # Under the sessions' row locks, which only other writers of the same
+                # sessions wait for: no second transaction, nothing to check after it.
+                fragments.publish_batch(_renderable(changed))
+                published = True
+            elif changed:  # SQLite: not while holding the one write lock every push needs
                 fragments.mark_stale(list(changed), savepoint=False)
     except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
         # One of its deliveries failed (or met a session another process holds):
@@ -155,10 +164,20 @@ def _claim_and_apply(
         log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
         batch.applied = batch.failed = batch.deferred = 0
         changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
+        published = False
         if changed:
             fragments.mark_stale(list(changed))
     batch.sessions = set(changed)
-    return changed
+    return changed, published
+
+
+def _renderable(changed: dict[int, Changed]) -> tuple[list, dict]:
+    """`changed` as fragments.render_many takes it: the sessions with their teams, and
+    the cards the batch kept."""
+    return (
+        [(session, team) for session, team, _ in changed.values()],
+        {pk: card for pk, (_, _, card) in changed.items() if card is not UNREAD},
+    )
 
 
 def _apply(

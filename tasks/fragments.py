@@ -234,12 +234,13 @@ class Rendered:
     stored: Stored
 
 
-def render_committed(
+def render_many(
     changed: list[tuple[Session, int | None]], cards: dict[int, Card | None] | None = None
 ) -> list[Rendered]:
-    """Render changed sessions' fragments (with their teams) after their change committed
-    (no lock held). `cards`: the cards they committed with, by session, where the caller
-    has them (the applier's batch derived them); one query reads the others'."""
+    """Render changed sessions' fragments (with their teams): after their change committed
+    (no lock held), or under their locks (`publish_batch`). `cards`: their cards as
+    changed, by session, where the caller has them (the applier's batch derived them); one
+    query reads the others'."""
     cards = dict(cards or {})
     unread = [s.pk for s, _ in changed if s.pk not in cards]
     if unread:
@@ -271,7 +272,7 @@ def _as_rendered(one: Rendered) -> tuple:
 
 
 def store_rendered(rendered: list[Rendered]) -> None:
-    """Store what `render_committed` rendered, in a short transaction of its own, for each
+    """Store what `render_many` rendered, in a short transaction of its own, for each
     session still as rendered (one query tells); hint browsers of those after commit.
 
     All of them in one statement: on PostgreSQL each statement is a round trip, and a batch
@@ -290,6 +291,39 @@ def store_rendered(rendered: list[Rendered]) -> None:
 _STORED_FIELDS = ["version", "revision", *PARTIALS]
 
 
+def publish_batch(changed: tuple[list[tuple[Session, int | None]], dict[int, Card | None]]) -> None:
+    """Render and store the fragments of the sessions a batch changed, in its transaction
+    (under their row locks: PostgreSQL), all in one statement; hint browsers after commit.
+    A session whose fragments could not render is marked stale: pages render it on read. A
+    database error raises, for the caller to undo the batch (`render_many`'s args)."""
+    sessions, cards = changed
+    rendered = render_many(sessions, cards)
+    unrendered = {s.pk for s, _ in sessions} - {one.session.pk for one in rendered}
+    if unrendered:
+        mark_stale(list(unrendered), savepoint=False)
+    _upsert(rendered)
+    _hint_after_commit(rendered)
+
+
+def _upsert(rendered: list[Rendered]) -> None:
+    views = [
+        SessionView(session=one.session, **_view_fields(one.stored.card, one.stored.html))
+        for one in rendered
+    ]
+    # An UPDATE of the row a session's first change inserted; INSERT for a first change.
+    SessionView.objects.bulk_create(
+        views, update_conflicts=True, unique_fields=["session"], update_fields=_STORED_FIELDS
+    )
+
+
+def _hint_after_commit(stored: list[Rendered]) -> None:
+    for one in stored:
+        message = snapshot(one.session, one.stored)
+        transaction.on_commit(
+            lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
+        )
+
+
 def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
     now = {
         pk: tuple(shown)
@@ -302,14 +336,7 @@ def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
     # Changed since (or gone) otherwise: its writer stores and hints its own.
     current = [one for one in rendered if now.get(one.session.pk) == _as_rendered(one)]
     if together:
-        views = [
-            SessionView(session=one.session, **_view_fields(one.stored.card, one.stored.html))
-            for one in current
-        ]
-        # An UPDATE of the row a session's first change inserted; INSERT for a first change.
-        SessionView.objects.bulk_create(
-            views, update_conflicts=True, unique_fields=["session"], update_fields=_STORED_FIELDS
-        )
+        _upsert(current)
         stored = current
     else:
         stored = []
@@ -321,8 +348,4 @@ def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
                 log.exception("could not store the fragments of session %s", one.session.pk)
                 continue
             stored.append(one)
-    for one in stored:
-        message = snapshot(one.session, one.stored)
-        transaction.on_commit(
-            lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
-        )
+    _hint_after_commit(stored)

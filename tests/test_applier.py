@@ -297,6 +297,29 @@ def test_a_batch_of_many_sessions_derives_each_as_its_pushes_applied_one_by_one_
     assert derived(batched.agent)["c"][0] == "TASK_STATE_COMPLETED"
 
 
+def test_on_postgresql_a_batch_stores_its_fragments_in_its_own_transaction(kept_only):
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite renders after commit: a batch holds the one write lock")
+    registered = make_agent()
+    for n in range(3):
+        push(Client(), registered, status("WORKING", task=f"t-{n}", context=f"c-{n}", text="a"))
+    applier.drain()
+    for n in range(3):
+        push(Client(), registered, status("WORKING", task=f"t-{n}", context=f"c-{n}", text="b"))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch()
+
+    assert (batch.applied, len(batch.sessions)) == (3, 3)
+    statements = [q["sql"] for q in queries]
+    assert statements.count("COMMIT") == 1, statements  # no second transaction
+    assert not any('tasks_sessionview" SET "version" = \'\'' in sql for sql in statements)
+    views = SessionView.objects.select_related("session__card")
+    assert [(v.revision, ">b</p>" in v.card) for v in views] == [
+        (v.session.card.revision, True) for v in views
+    ]
+
+
 def test_fragments_a_batch_cannot_store_together_are_stored_each_alone(kept_only, database):
     registered = make_agent()
     push(Client(), registered, status("WORKING", at=1, text="first"))
@@ -586,7 +609,7 @@ def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_on
     push(Client(), registered, status("WORKING", at=1, text="first"))
     applier.drain()
     session = Session.objects.select_related("agent").get()
-    stale = fragments.render_committed([(session, None)])  # rendered, then overtaken:
+    stale = fragments.render_many([(session, None)])  # rendered, then overtaken:
     push(Client(), registered, status("WORKING", at=2, text="second"))
     applier.drain()
 

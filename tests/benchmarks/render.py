@@ -1,12 +1,12 @@
 """Fragment rendering: CPU time of `fragments.render` per session, as the applier calls it
-after each batch (tasks/applier.py: `render_committed`), for the kinds of card agents send.
+after each batch (tasks/applier.py: `render_many`), for the kinds of card agents send.
 
 Each kind below is a session with a stored card written through `cards.store` (so its note
 is sanitized HTML and its facts are what ingest writes): no card, a plan of 5 or 20 steps
 (a tile shows 5 of them), a note, an open question, an answer sent, a finished session with
 cost, trace id and unconfirmed effects. Every round loads each session the way the applier
 holds it (the locked row, with the agent its batch loaded) and its card the way
-`render_committed` reads it; only `fragments.render` is timed, lazy lookups it makes
+`render_many` reads it; only `fragments.render` is timed, lazy lookups it makes
 included.
 
 Runs in this process after migrating a fresh database (SQLite in a temporary directory, or a
@@ -182,7 +182,7 @@ def measure(args: argparse.Namespace) -> dict:
     for round_number in range(WARMUP_ROUNDS + args.rounds):
         for kind, pk in made:
             # As the applier holds them: the locked row with the agent its batch loaded;
-            # the card as render_committed reads it.
+            # the card as render_many reads it.
             session = Session.objects.get(pk=pk)
             session.agent = agent
             card = Card.objects.filter(session=session).first()
