@@ -14,6 +14,7 @@ import sys
 # benchmark's dependencies never stop another from starting.
 BENCHMARKS = {
     "ingest": "tests.benchmarks.ingest",
+    "batch": "tests.benchmarks.batch",
     "burst": "tests.benchmarks.burst",
     "cards": "tests.benchmarks.cards",
     "render": "tests.benchmarks.render",

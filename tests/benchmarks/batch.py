@@ -1,0 +1,150 @@
+"""One applier batch: its statements, wall time and CPU, by how many sessions it holds.
+
+On PostgreSQL every statement is a round trip: the applier's process sends it, waits, and
+PostgreSQL's process wakes to answer, on the same cores. A lone push's batch is what a push
+waits for on its way to the browser; a thin batch (one delivery in each of several sessions)
+is what the applier does most of the time at tens of pushes a second.
+
+For each size N: N tasks get one push each through the real view (Django's test client,
+`ONLOOKER_APPLIER=external`, so the request only keeps it), then one `applier.apply_batch()`
+applies them in this process, timed. The first round (creating the sessions) is not counted;
+every later round is one push to each of the same N tasks. Browsers' hints are handed to
+nothing (the applier process writes each as a line to its server; no server here), so the
+figures are the batch's own. Statements are counted by Django (BEGIN, COMMIT and savepoints
+included), in the first counted round.
+
+The database: SQLite in a temporary directory, or a fresh PostgreSQL database
+`onlooker_bench_batch` (dropped at the end) when DATABASE_URL is set.
+
+    python -m tests.benchmarks batch                     # 1, 6 and 50 sessions, 40 rounds
+    python -m tests.benchmarks batch --sessions 1 --rounds 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+from standardwebhooks import Webhook
+
+from tests.benchmarks import ingest, workspace
+
+DESCRIPTION = "statements, wall time and CPU of one applier batch, by sessions in it"
+
+BENCH_DATABASE = "onlooker_bench_batch"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sessions", type=int, nargs="+", default=[1, 6, 50], help="sessions per batch"
+    )
+    parser.add_argument("--rounds", type=int, default=40, help="batches timed per size")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or min(args.sessions) < 1:
+        raise SystemExit("--rounds ≥ 1 and --sessions ≥ 1, please")
+    url = os.environ.get("DATABASE_URL", "").strip()
+    with workspace.Workspace(url, database=BENCH_DATABASE) as place:
+        env = place.onlooker_env()
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            env=env,
+            check=True,
+            cwd=ingest.ROOT,
+        )
+        registered = subprocess.run(
+            [sys.executable, "-c", ingest.REGISTER_AGENT],
+            env=env,
+            check=True,
+            cwd=ingest.ROOT,
+            capture_output=True,
+            text=True,
+        )
+        agent = json.loads(registered.stdout.splitlines()[-1])
+        print(f"batch: {place.description}; {os.cpu_count()} CPUs; {args.rounds} rounds per size")
+        rows = _measure(env, agent, args.sessions, args.rounds)
+    _print(rows)
+    return 0
+
+
+def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) -> list[tuple]:
+    os.environ.update(env)
+    os.environ["ONLOOKER_APPLIER"] = "external"
+    import django
+
+    django.setup()
+    from django.db import connection, reset_queries
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from tasks import applier, broadcast
+
+    broadcast.relay_to(lambda *said: None)
+    client = Client(HTTP_HOST="127.0.0.1")
+    webhook = Webhook(agent["secret"])
+    base = datetime.now(UTC)
+    rows = []
+    for size in sizes:
+        numbers = itertools.count()
+        run_name = f"batch{size}"
+
+        def push_each(size: int = size, numbers=numbers, run_name: str = run_name) -> None:
+            for _ in range(size):
+                body, headers = ingest.signed_push(
+                    webhook, run_name, next(numbers), base, tasks=size
+                )
+                extra = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()}
+                response = client.post(
+                    agent["path"], body, content_type="application/json", **extra
+                )
+                if response.status_code != 200:
+                    raise SystemExit(f"push refused: {response.status_code} {response.content!r}")
+
+        push_each()
+        while applier.apply_batch().claimed:  # the sessions and tasks are created
+            pass
+        walls, cpus, statements = [], [], None
+        for _ in range(rounds):
+            push_each()
+            reset_queries()
+            with CaptureQueriesContext(connection) as captured:
+                wall, cpu = time.perf_counter(), time.process_time()
+                batch = applier.apply_batch()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if (batch.applied, len(batch.sessions)) != (size, size):
+                raise SystemExit(f"a batch applied {batch.applied} in {len(batch.sessions)}")
+            if statements is None:
+                statements = len(captured.captured_queries)
+            walls.append(wall)
+            cpus.append(cpu)
+        rows.append((size, statements, walls, cpus))
+    return rows
+
+
+def _print(rows: list[tuple]) -> None:
+    header = (
+        f"{'sessions':>8} {'statements':>10} {'per session':>11} {'wall p50':>9} "
+        f"{'wall min':>9} {'CPU p50':>8} {'CPU min':>8} {'CPU/session':>11}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for size, statements, walls, cpus in rows:
+        cpu_p50 = statistics.median(cpus)
+        print(
+            f"{size:>8} {statements:>10} {statements / size:>11.1f} "
+            f"{1000 * statistics.median(walls):>7.1f}ms {1000 * min(walls):>7.1f}ms "
+            f"{1000 * cpu_p50:>6.1f}ms {1000 * min(cpus):>6.1f}ms {1000 * cpu_p50 / size:>9.2f}ms"
+        )
+    print(
+        "\nwall and CPU per batch (the applier's process: applying, deriving, rendering, storing;"
+        " PostgreSQL's own CPU is not in it, its answers' wait is in the wall time)"
+    )
