@@ -244,8 +244,9 @@ def _apply(
         card = UNREAD if alone else ingest.derive(appliers, reads.get(session_id))
         session = appliers[-1].session
         # Its fragments show its agent's name: the agent this batch loaded above, rather
-        # than a query per session when they render (store_rendered stores them only if
-        # the name is still the one they show).
+        # than a query per session when they render. A rename meanwhile stores them again,
+        # under the session's lock, once it commits (agents.changed); on SQLite,
+        # store_rendered also stores them only if the name is still the one they show.
         if session.agent_id == appliers[-1].agent.pk:
             session.agent = appliers[-1].agent
         changed[session_id] = (session, teams[session_id], card)
