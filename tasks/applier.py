@@ -154,7 +154,7 @@ def _claim_and_apply(
             if changed and postgresql:
                 # Under the sessions' row locks, which only other writers of the same
                 # sessions wait for: no second transaction, nothing to check after it.
-                fragments.publish_batch(_renderable(changed))
+                fragments.publish_batch(*_renderable(changed))
                 published = True
             elif changed:  # SQLite: not while holding the one write lock every push needs
                 fragments.mark_stale(list(changed), savepoint=False)

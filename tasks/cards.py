@@ -27,7 +27,7 @@ from markdown_it import MarkdownIt
 
 from tasks import prepared
 from tasks.json_safety import cut
-from tasks.models import INTERRUPTED_STATES, Card, Interaction, Session, Task
+from tasks.models import INTERRUPTED_STATES, NOT_READ, Card, Interaction, Session, Task
 from tasks.prepared import Prepared
 
 MAX_MARKDOWN_BYTES = 8192
@@ -344,9 +344,6 @@ def markdown_digest(markdown: str | None) -> str:
 
 
 # -- writing ----------------------------------------------------------------------------
-
-
-NOT_READ = object()  # `store` (and `from_session`) read the card unless their caller just did
 
 
 @dataclass(frozen=True)

@@ -291,12 +291,13 @@ def store_rendered(rendered: list[Rendered]) -> None:
 _STORED_FIELDS = ["version", "revision", *PARTIALS]
 
 
-def publish_batch(changed: tuple[list[tuple[Session, int | None]], dict[int, Card | None]]) -> None:
-    """Render and store the fragments of the sessions a batch changed, in its transaction
-    (under their row locks: PostgreSQL), all in one statement; hint browsers after commit.
-    A session whose fragments could not render is marked stale: pages render it on read. A
-    database error raises, for the caller to undo the batch (`render_many`'s args)."""
-    sessions, cards = changed
+def publish_batch(
+    sessions: list[tuple[Session, int | None]], cards: dict[int, Card | None]
+) -> None:
+    """Render (as `render_many`) and store the fragments of the sessions a batch changed, in
+    its transaction (under their row locks: PostgreSQL), all in one statement; hint browsers
+    after commit. A session whose fragments could not render is marked stale: pages render
+    it on read. A database error raises, for the caller to undo the batch."""
     rendered = render_many(sessions, cards)
     unrendered = {s.pk for s, _ in sessions} - {one.session.pk for one in rendered}
     if unrendered:

@@ -24,7 +24,8 @@ from tasks import tiers
 from tasks.prepared import Prepared
 from tasks.stored_json import StoredJSONDecoder
 
-_UNREAD = object()  # a default: read it here, the caller did not
+# A default argument: the function reads the value itself, its caller has not (cards.py too).
+NOT_READ = object()
 
 
 class TaskState(models.TextChoices):
@@ -200,7 +201,7 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title or self.context_id
 
-    def derive_state(self, tasks: list[Task], waiting: Any = _UNREAD) -> Interaction | None:
+    def derive_state(self, tasks: list[Task], waiting: Any = NOT_READ) -> Interaction | None:
         """The session's state and whether it needs a person, from its tasks (`tasks`: its
         newest, newest first). The state is the newest task's, unless a person is asked
         something in an older one: that task's state then, so a session is never shown done
@@ -213,7 +214,7 @@ class Session(models.Model):
         saving the session, so the flag the screens sort and count by never outlives the
         question. `waiting`: that interaction (or None), when the caller read it for many
         sessions at once (changes.read_all)."""
-        if waiting is _UNREAD:
+        if waiting is NOT_READ:
             waiting = next(iter(_NEWEST_OPEN_INTERACTION(self.pk)), None)
         self.needs_human = waiting is not None
         if waiting is not None:
