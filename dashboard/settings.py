@@ -239,7 +239,10 @@ def _channel_layers() -> dict:
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "onlooker"},
+            # The one group is the processes' listeners (tasks/fanout.py), which join it again
+            # every 30 s: a process killed without leaving drops out of it within two
+            # minutes, rather than getting a copy of every hint for a day (the default).
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "onlooker", "group_expiry": 120},
         }
     }
 

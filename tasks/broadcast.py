@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL = 0.1  # seconds between two messages about one session (≤ 10 per second)
 
 
+# The one channel-layer group: every process's live listener (fanout.py) is in it, and a
+# hint goes to it once, naming the groups below that it is for.
+LISTENERS = "live"
+
+
 def team_group(team_id: int | None) -> str:
     return f"team.{team_id}" if team_id is not None else "team.all"
 
@@ -67,19 +72,14 @@ def notice(session_id: int, team_id: int | None, message: dict) -> None:
     notices.offer(session_id, [team_group(team_id), session_group(session_id)], message)
 
 
-def wire(message: dict) -> dict:
+def wire(message: dict, groups: list[str]) -> dict:
     """What travels through the channel layer: the message encoded once, here, rather than
-    once per socket by every consumer that forwards it. The version lets a socket drop the
-    same hint heard through two groups: a snapshot's revision and time, or a notice's time."""
+    once per socket by every consumer that forwards it, and the groups whose sockets it is
+    for (each process's listener hands it to its own)."""
     body = {k: v for k, v in message.items() if k != "type"}
-    if "notified" in message:
-        version = f"notified@{message['notified']}"
-    else:
-        version = f"{message['revision']}@{message['updatedAt']}"
     return {
         "type": message["type"],
-        "session": message["session"],
-        "version": version,
+        "groups": groups,
         "text": json.dumps(body, separators=(",", ":")),
     }
 
@@ -192,11 +192,7 @@ async def _send_async(groups: list[str], message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    encoded = wire(message)
     try:
-        for group in groups:
-            # The group travels along: each process's listener (fanout.py) hands the hint
-            # to its sockets in that group.
-            await layer.group_send(group, {**encoded, "group": group})
+        await layer.group_send(LISTENERS, wire(message, groups))
     except Exception as error:  # noqa: BLE001 - any layer failure must not fail the push
         log.warning("broadcast to %s failed: %s", groups, error)

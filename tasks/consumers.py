@@ -25,9 +25,6 @@ def groups_for(user, session_id: int | None) -> list[str]:
     return sorted(groups)
 
 
-RECENT_VERSIONS = 4
-
-
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     # No channel of its own: hints come through the process's listener (fanout.py), so a
     # socket costs the channel layer nothing. An alias that names no layer says exactly that.
@@ -35,8 +32,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         broadcast.use_loop(asyncio.get_running_loop())
-        # session → the last few versions sent to this browser (RECENT_VERSIONS)
-        self.forwarded: dict[int, tuple[str, ...]] = {}
         self.joined: list[str] = []
         self.watched: access.Watched | None = None
         self.revoked = False
@@ -78,7 +73,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.watched = None
         if self.joined:
             joined, self.joined = self.joined, []
-            await fanout.listener().leave(self.deliver, joined)
+            fanout.listener().leave(self.deliver, joined)
 
     async def receive_json(self, content, **kwargs) -> None:
         """Browsers only listen, except for a ping: a page that hears no pong knows its
@@ -94,16 +89,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
 
     async def deliver(self, event: dict) -> None:
-        """A hint from this process's listener. Team groups overlap with the session group,
-        so the same hint often arrives twice: forward it once (the browser would drop the
-        repeat, but only after paying for it). The copies of a notice and of a snapshot can
-        interleave (notice, snapshot, notice): a few versions are remembered, not one."""
+        """A hint from this process's listener, for one of the groups this socket joined."""
         if self.revoked:
             return
-        sent = self.forwarded.get(event["session"], ())
-        if event["version"] in sent:
-            return
-        if len(self.forwarded) > 1_000:
-            self.forwarded.clear()
-        self.forwarded[event["session"]] = (*sent[-(RECENT_VERSIONS - 1) :], event["version"])
         await self.send(text_data=event["text"])  # encoded once, by broadcast.wire

@@ -1,11 +1,15 @@
 """One channel-layer listener per process (per event loop) that hands each hint to the local
-sockets of its group.
+sockets of the groups it names.
 
 With a channel per socket, every hint costs the channel layer one message per open socket
 (a queue, a copy, a wake-up, a dispatch); a team screen on a wall, a few dozen tabs and a
 burst of pushes made that the server's whole CPU. Here the layer carries one message per
-group per process, and the sockets of that group get it directly. Sockets only listen, so
-nothing is lost by skipping their own channels.
+hint per process: every listener is in one layer group (`broadcast.LISTENERS`), a hint
+names the groups it is for (its session's team and the session), and the listener hands it
+to each of its sockets in any of them, once. The groups themselves are only this process's
+bookkeeping. Sending a hint to each of its groups through the layer instead cost two sends
+and two receives per hint, and a session page's socket (in both) was handed it twice.
+Sockets only listen, so nothing is lost by skipping their own channels.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from channels.layers import get_channel_layer
 
+from tasks import broadcast
+
 log = logging.getLogger(__name__)
 
-# channels' layers forget a group membership after a day (group_expiry); a listener that
-# lives for weeks joins its groups again well before that.
-REJOIN_EVERY = 3_600.0  # seconds
+# A layer forgets a group membership after its group_expiry (settings: two minutes on Redis,
+# so a process that died without leaving stops costing every hint a copy soon): a listener
+# joins again well within that, quiet or not.
+REJOIN_EVERY = 30.0  # seconds
 
 Deliver = Callable[[dict], Awaitable[None]]
 
@@ -31,33 +38,30 @@ class Listener:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.members: dict[str, set[Deliver]] = {}
-        self.task: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task] = []
         self.ready = asyncio.Lock()
 
     async def join(self, deliver: Deliver, groups: Iterable[str]) -> None:
         async with self.ready:
             if self.channel is None:
-                self.channel = await self.layer.new_channel("live.")
-                self.task = asyncio.get_running_loop().create_task(self._listen())
-            for group in groups:
-                if group not in self.members:
-                    self.members[group] = set()
-                    await self.layer.group_add(group, self.channel)
-                self.members[group].add(deliver)
+                channel = await self.layer.new_channel("live.")
+                await self.layer.group_add(broadcast.LISTENERS, channel)
+                self.channel = channel
+                loop = asyncio.get_running_loop()
+                self.tasks = [loop.create_task(self._listen()), loop.create_task(self._rejoin())]
+        for group in groups:
+            self.members.setdefault(group, set()).add(deliver)
 
-    async def leave(self, deliver: Deliver, groups: Iterable[str]) -> None:
-        async with self.ready:
-            for group in groups:
-                members = self.members.get(group)
-                if members is None:
-                    continue
-                members.discard(deliver)
-                if not members:
-                    del self.members[group]
-                    await self.layer.group_discard(group, self.channel)
+    def leave(self, deliver: Deliver, groups: Iterable[str]) -> None:
+        for group in groups:
+            members = self.members.get(group)
+            if members is None:
+                continue
+            members.discard(deliver)
+            if not members:
+                del self.members[group]
 
     async def _listen(self) -> None:
-        rejoin = asyncio.get_running_loop().time() + REJOIN_EVERY
         while True:
             try:
                 message = await self.layer.receive(self.channel)
@@ -67,15 +71,24 @@ class Listener:
                 log.warning("live listener: receive failed: %s", error)
                 await asyncio.sleep(1.0)
                 continue
-            for deliver in list(self.members.get(message.get("group", ""), ())):
+            # A socket in both of a hint's groups (a session page: its team and its session)
+            # is handed it once.
+            sockets: set[Deliver] = set()
+            for group in message.get("groups", ()):
+                sockets.update(self.members.get(group, ()))
+            for deliver in sockets:
                 try:
                     await deliver(message)
                 except Exception:  # noqa: BLE001 - one broken socket must not starve the rest
                     log.exception("live listener: delivering to a socket failed")
-            if asyncio.get_running_loop().time() > rejoin:
-                rejoin += REJOIN_EVERY
-                for group in list(self.members):
-                    await self.layer.group_add(group, self.channel)
+
+    async def _rejoin(self) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_EVERY)
+            try:
+                await self.layer.group_add(broadcast.LISTENERS, self.channel)
+            except Exception as error:  # noqa: BLE001 - tried again at the next turn
+                log.warning("live listener: joining again failed: %s", error)
 
 
 _listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = (

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from tasks import cards, profile
+from tasks import broadcast, cards, profile
 from tasks.agents import new_api_token
 from tasks.models import Card, Session, digest
 from tests.builders import approval, progress, status
@@ -477,7 +477,7 @@ def test_a2a_card_broadcast_carries_the_revision(
 
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)("team.all", channel)
+    async_to_sync(layer.group_add)(broadcast.LISTENERS, channel)
     with django_capture_on_commit_callbacks(execute=True):
         send(client, token_agent, status("WORKING", at=1, text="hello"))
     message = json.loads(async_to_sync(layer.receive)(channel)["text"])

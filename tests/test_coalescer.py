@@ -43,7 +43,8 @@ class FakeTime:
 
 
 class Listener:
-    """A channel in a group of its own on the real layer: what the coalescer sent to it.
+    """A channel among the listeners on the real layer: what the coalescer sent for a group
+    of its own.
 
     It receives on one event loop of its own: the Redis layer binds a channel's receive
     buffer to the loop of its first receive, and async_to_sync would start a new one per
@@ -54,7 +55,7 @@ class Listener:
         self.layer = get_channel_layer()
         self.group = f"coalescer-{uuid.uuid4().hex}"
         self.channel = self.loop.run_until_complete(self.layer.new_channel())
-        self.loop.run_until_complete(self.layer.group_add(self.group, self.channel))
+        self.loop.run_until_complete(self.layer.group_add(broadcast.LISTENERS, self.channel))
 
     def heard(self) -> list[tuple[int, int]]:
         """(session, revision) of every message sent so far, in the order the layer got them."""
@@ -66,12 +67,14 @@ class Listener:
                     wired = await asyncio.wait_for(self.layer.receive(self.channel), 0.05)
                 except TimeoutError:
                     return messages
-                messages.append((wired["session"], json.loads(wired["text"])["revision"]))
+                assert wired["groups"] == [self.group]
+                message = json.loads(wired["text"])
+                messages.append((message["session"], message["revision"]))
 
         return self.loop.run_until_complete(drain())
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.layer.group_discard(self.group, self.channel))
+        self.loop.run_until_complete(self.layer.group_discard(broadcast.LISTENERS, self.channel))
         self.loop.close()
 
 

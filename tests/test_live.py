@@ -209,9 +209,11 @@ def test_a_session_page_hears_each_change_once_though_it_joins_two_groups(alice,
     assert first["revision"] == 2 and nothing_more
 
 
-def test_a_notice_heard_through_two_groups_reaches_the_page_once_with_a_change_between(alice, ops):
-    """The copies of a notice (team group, session group) can arrive either side of a card
-    change: the page still hears the notice once, and the change."""
+def test_a_hint_reaches_each_socket_in_any_group_it_names_once_and_no_other(alice, charlie, ops):
+    """A hint goes through the layer once, naming its groups (its session's team, the
+    session): a socket in either hears it once, a socket in neither nothing. A page on the
+    session hears it even when the team named is not one it joined (say its agent moved to a
+    team made after the page connected)."""
     from channels.layers import get_channel_layer
 
     registered = make_agent(team=ops)
@@ -220,22 +222,66 @@ def test_a_notice_heard_through_two_groups_reaches_the_page_once_with_a_change_b
     notice = {"type": "notifications.changed", "session": session.pk, "notified": "10:00"}
     change = {"type": "card.changed", "session": session.pk, "revision": 9, "updatedAt": "x"}
 
-    async def scenario():
-        cookie = await sync_to_async(cookie_for)(alice)
-        communicator = socket(ORIGIN, cookie, path=f"/ws/live/?session={session.pk}")
-        assert (await communicator.connect())[0]
-        layer = get_channel_layer()
-        for group, message in [
-            (broadcast.team_group(ops.pk), notice),
-            (broadcast.session_group(session.pk), change),
-            (broadcast.session_group(session.pk), notice),
-        ]:
-            await layer.group_send(group, {**broadcast.wire(message), "group": group})
-        heard = [await communicator.receive_json_from(timeout=5)]
+    async def heard_by(communicator):
+        heard = []
         while not await communicator.receive_nothing(timeout=0.3):
             heard.append(await communicator.receive_json_from(timeout=5))
         await communicator.disconnect()
         return heard
 
-    heard = run(scenario)
-    assert [("notified" in m, m.get("revision")) for m in heard] == [(True, None), (False, 9)]
+    async def scenario():
+        alices = await sync_to_async(cookie_for)(alice)
+        page = socket(ORIGIN, alices, path=f"/ws/live/?session={session.pk}")
+        overview = socket(ORIGIN, alices)
+        outsider = socket(ORIGIN, await sync_to_async(cookie_for)(charlie))
+        for communicator in (page, overview, outsider):
+            assert (await communicator.connect())[0]
+        layer = get_channel_layer()
+        here = [broadcast.team_group(ops.pk), broadcast.session_group(session.pk)]
+        moved = [broadcast.team_group(ops.pk + 1000), broadcast.session_group(session.pk)]
+        await layer.group_send(broadcast.LISTENERS, broadcast.wire(notice, here))
+        await layer.group_send(broadcast.LISTENERS, broadcast.wire(change, moved))
+        return [await heard_by(c) for c in (page, overview, outsider)]
+
+    page, overview, outsider = run(scenario)
+    assert [m.get("notified", m.get("revision")) for m in page] == ["10:00", 9]
+    assert [m.get("notified", m.get("revision")) for m in overview] == ["10:00"]
+    assert outsider == []
+
+
+def test_a_socket_still_hears_after_a_spell_quieter_than_the_layers_group_expiry(
+    alice, ops, monkeypatch
+):
+    """The layer forgets a group membership not renewed within its group_expiry: a process's
+    listener renews it on a timer, not only when it hears something, or a quiet spell would
+    leave every socket of the process deaf for good."""
+    import time
+
+    import time_machine
+    from channels.layers import get_channel_layer
+
+    from tasks import fanout
+
+    monkeypatch.setattr(fanout, "REJOIN_EVERY", 0.05)
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1, text="Start"))
+    session = Session.objects.get()
+    change = {"type": "card.changed", "session": session.pk, "revision": 9, "updatedAt": "x"}
+    expiry = get_channel_layer().group_expiry
+
+    async def scenario():
+        import asyncio
+
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        assert (await communicator.connect())[0]
+        with time_machine.travel(time.time() + expiry + 60, tick=True):
+            await asyncio.sleep(0.3)  # nothing said meanwhile; the listener's timer runs
+            groups = [broadcast.team_group(ops.pk)]
+            await get_channel_layer().group_send(
+                broadcast.LISTENERS, broadcast.wire(change, groups)
+            )
+            heard = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return heard
+
+    assert run(scenario)["revision"] == 9

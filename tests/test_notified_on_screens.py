@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -26,6 +27,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from tasks import broadcast
 from tasks.management.commands import demo
 from tasks.models import Interaction, Session
 from tasks.notify import channels, seen
@@ -263,35 +265,34 @@ def test_the_senders_hint_reaches_the_session_page_and_never_displaces_a_card_up
 
 
 def heard(groups: list[str], act) -> list[dict]:
-    """What the channel layer delivers to `groups` (one listener each, as another process's
-    sockets would hear it) while `act` runs: (group, message) pairs."""
+    """What the channel layer delivers while `act` runs, as a process's listener would hand
+    it to its sockets in `groups`: (group, message) pairs, the message decoded."""
     layer = get_channel_layer()
 
     async def scenario():
-        names = {}
-        for group in groups:
-            names[group] = await layer.new_channel()
-            await layer.group_add(group, names[group])
+        name = await layer.new_channel()
+        await layer.group_add(broadcast.LISTENERS, name)
         await sync_to_async(act)()
         got = []
-        for group, name in names.items():
-            while True:
-                try:
-                    got.append((group, await asyncio.wait_for(layer.receive(name), 0.4)))
-                except TimeoutError:
-                    break
+        while True:
+            try:
+                wired = await asyncio.wait_for(layer.receive(name), 0.4)
+            except TimeoutError:
+                break
+            message = json.loads(wired["text"])
+            got.extend((group, message) for group in wired["groups"] if group in groups)
         return got
 
     return async_to_sync(scenario)()
 
 
-def test_a_hint_goes_to_the_sessions_team_and_page_groups_with_a_version_of_its_own(
+def test_a_hint_goes_to_the_sessions_team_and_page_groups_as_a_notice_not_a_snapshot(
     fresh_channel_layers,
 ):
     got = heard(["team.3", "session.7", "team.4"], lambda: seen.hint_sent(7, 3))
     assert [group for group, _ in got] == ["team.3", "session.7"]
     for _, message in got:
-        assert message["session"] == 7 and message["version"].startswith("notified@")
+        assert message["session"] == 7 and message["notified"]
         assert "html" not in message
 
 

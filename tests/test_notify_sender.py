@@ -724,4 +724,4 @@ def test_a_send_tells_the_pages_showing_the_question(clock, bot, receiver, fresh
 
     assert row().state == Notification.State.SENT
     assert sorted(group for group, _ in got) == sorted([team, f"session.{session_id}"])
-    assert all(m["version"].startswith("notified@") for _, m in got)
+    assert all(m["session"] == session_id and m["notified"] for _, m in got)

@@ -13,7 +13,8 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from dashboard.asgi import application
-from tasks.models import Delivery, Refusal
+from tasks import broadcast
+from tasks.models import Delivery, Refusal, Session
 from tests.builders import status
 from tests.conftest import make_agent, push, sign_headers
 
@@ -104,18 +105,19 @@ def test_chunked_body_within_the_limit_reaches_the_receiver(settings):
     assert Delivery.objects.get().body == raw.decode()
 
 
-def test_committed_push_hints_the_team_and_session_groups(
+def test_committed_push_hints_the_team_and_session_groups_in_one_message(
     client, token_agent, fresh_channel_layers, django_capture_on_commit_callbacks
 ):
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)("team.all", channel)
+    async_to_sync(layer.group_add)(broadcast.LISTENERS, channel)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         push(client, token_agent, status("WORKING", at=1))
     assert len(callbacks) == 1
     wired = async_to_sync(layer.receive)(channel)
-    assert set(wired) == {"type", "group", "session", "version", "text"}
-    assert wired["group"] == "team.all"
+    session = Session.objects.get()
+    assert set(wired) == {"type", "groups", "text"}
+    assert wired["groups"] == ["team.all", f"session.{session.pk}"]
     assert wired["type"] == "card.changed"
     message = json.loads(wired["text"])  # encoded once for every socket that forwards it
     assert (message["state"], message["needsHuman"], message["revision"]) == (

@@ -519,7 +519,7 @@ class LatencyResult:
     achieved_rate: float = 0.0
     messages: int = 0  # every message every socket received, repeats included
     message_bytes: int = 0
-    messages_due: int = 0  # what every applied push sends: one per socket, two per own page
+    messages_due: int = 0  # what every applied push sends: one to each socket
     socket_ms: list[float] = field(default_factory=list)  # one per (counted push, socket)
     socket_lost: int = 0
     socket_later: int = 0  # deliveries made by a later push's note (coalesced, one batch)
@@ -619,10 +619,7 @@ async def _drive_pushes(
     result.answer_ms = [(r.answered - r.sent) * 1000 for r in counted if not r.error]
     result.messages = sum(listener.messages for listener in listeners)
     result.message_bytes = sum(listener.bytes for listener in listeners)
-    pages = Counter(listener.page_session for listener in listeners)
-    result.messages_due = sum(
-        len(listeners) + pages[sessions[r.session].id] for r in records if not r.error
-    )
+    result.messages_due = len(listeners) * sum(1 for r in records if not r.error)
     by_index = {s.index: s for s in sessions}
     for listener in listeners:
         delivery = Delivery(listener)
@@ -1047,8 +1044,8 @@ class Report:
             f"{len(lat.errors)} refused or failed; the sockets received {lat.messages} "
             f"messages ({lat.message_bytes / max(lat.messages, 1) / 1024:.1f} KiB each on "
             f"average), {lat.messages / max(lat.messages_due, 1):.0%} of the "
-            f"{lat.messages_due} the pushes called for (every push goes to every socket, "
-            "and twice to its own session's pages; the rest were coalesced or dropped); "
+            f"{lat.messages_due} the pushes called for (every push goes to every socket "
+            "once, its own session's pages included; the rest were coalesced or dropped); "
             f"{lat.socket_later} deliveries "
             "came through a later push's note (coalesced, or applied in one batch); CPU while "
             "pushing: daphne "
