@@ -20,6 +20,7 @@ server.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -162,6 +163,7 @@ def run_child() -> None:
             loop.wake()
         loop.stop(STOP_SECONDS)  # the server is gone: finish the batch in hand, then exit
 
+    gc.freeze()  # as the server does (dashboard/asgi.py): shorter full collections
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     # Ctrl-C in a terminal reaches the whole process group: the server stops on it, and this
     # process then on its stdin's end, after its batch, rather than with a traceback.
