@@ -242,6 +242,8 @@ def _channel_layers() -> dict:
             # The one group is the processes' listeners (tasks/fanout.py), which join it again
             # every 30 s: a process killed without leaving drops out of it within two
             # minutes, rather than getting a copy of every hint for a day (the default).
+            # Memberships are stamped with the joining server's clock and expired by the
+            # sending server's: the servers' clocks must agree within a minute and a half.
             "CONFIG": {"hosts": [REDIS_URL], "prefix": "onlooker", "group_expiry": 120},
         }
     }

@@ -38,7 +38,7 @@ class Listener:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.members: dict[str, set[Deliver]] = {}
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task] = []  # held: the loop keeps only weak references
         self.ready = asyncio.Lock()
 
     async def join(self, deliver: Deliver, groups: Iterable[str]) -> None:
