@@ -3,8 +3,12 @@ what a message carries. Pushes go through the real receiver; the hints are real 
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import InMemoryChannelLayer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
@@ -285,3 +289,34 @@ def test_a_socket_still_hears_after_a_spell_quieter_than_the_layers_group_expiry
         return heard
 
     assert run(scenario)["revision"] == 9
+
+
+class CancelComesOutAsATimeout(InMemoryChannelLayer):
+    """A layer whose receive, when cancelled, raises an error of its own instead, as the
+    Redis layer's does at times under load (redis-py's "Timeout reading from …")."""
+
+    async def receive(self, channel: str) -> dict:
+        try:
+            return await super().receive(channel)
+        except asyncio.CancelledError:
+            raise TimeoutError("Timeout reading from 127.0.0.1:6379") from None
+
+
+def test_a_process_listener_ends_with_its_event_loop_whatever_its_layer_raises_when_cancelled(
+    alice, settings
+):
+    """An event loop ends by cancelling its tasks and waiting for them: a listener that took
+    its cancellation for a hiccup in the layer and listened on kept the loop from ending (a
+    test hung for good; a server would not stop)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.CancelComesOutAsATimeout"}}
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        assert (await communicator.connect())[0]
+        await asyncio.sleep(0.05)  # the listener is receiving
+        await communicator.disconnect()
+
+    ended = threading.Event()
+    thread = threading.Thread(target=lambda: (asyncio.run(scenario()), ended.set()), daemon=True)
+    thread.start()
+    assert ended.wait(10), "the event loop did not end: its listener outlived the cancellation"
