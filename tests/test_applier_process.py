@@ -6,7 +6,6 @@ server's sockets through the server (the browser tests see pushes arrive live th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ import httpx
 from django.test import override_settings
 
 from tasks import applier_process, broadcast
+from tests import listening
 from tests import test_durability as durability
 from tests.test_durability import CREATE_ENDPOINT, applied_store, make_push, send
 
@@ -104,18 +104,14 @@ def test_a_hint_the_applier_process_sends_goes_out_from_the_server(settings):
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(broadcast.LISTENERS, channel)
+    channel = async_to_sync(listening.join)(layer)
     broadcast.coalescer.clear()
     message = {"type": "session.changed", "session": 41, "revision": 3, "updatedAt": "t1"}
     line = json.dumps({"hint": [41, None, message]}).encode() + b"\n"
 
     applier_process.Supervisor()._hear(line)
 
-    async def receive() -> dict:
-        return await asyncio.wait_for(layer.receive(channel), 5)
-
-    received = async_to_sync(receive)()
+    received = async_to_sync(listening.first)(layer, channel, [broadcast.session_group(41)])
     assert received["groups"] == [broadcast.team_group(None), broadcast.session_group(41)]
     assert json.loads(received["text"])["revision"] == 3
 

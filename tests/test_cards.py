@@ -14,6 +14,7 @@ from django.test import Client
 from tasks import broadcast, cards, profile
 from tasks.agents import new_api_token
 from tasks.models import Card, Session, digest
+from tests import listening
 from tests.builders import approval, progress, status
 from tests.conftest import make_agent, push
 
@@ -476,11 +477,11 @@ def test_a2a_card_broadcast_carries_the_revision(
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(broadcast.LISTENERS, channel)
+    channel = async_to_sync(listening.join)(layer)
     with django_capture_on_commit_callbacks(execute=True):
         send(client, token_agent, status("WORKING", at=1, text="hello"))
-    message = json.loads(async_to_sync(layer.receive)(channel)["text"])
+    groups = [broadcast.session_group(Session.objects.get().pk)]
+    message = json.loads(async_to_sync(listening.first)(layer, channel, groups)["text"])
     assert message["revision"] == card().revision == 1
     assert 'data-revision="1"' in message["html"]["card"]
 

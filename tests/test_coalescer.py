@@ -14,6 +14,7 @@ import pytest
 from channels.layers import get_channel_layer
 
 from tasks import broadcast
+from tests import listening
 
 pytestmark = pytest.mark.usefixtures("fresh_channel_layers")
 INTERVAL = broadcast.MIN_INTERVAL
@@ -54,24 +55,16 @@ class Listener:
         self.loop = asyncio.new_event_loop()
         self.layer = get_channel_layer()
         self.group = f"coalescer-{uuid.uuid4().hex}"
-        self.channel = self.loop.run_until_complete(self.layer.new_channel())
-        self.loop.run_until_complete(self.layer.group_add(broadcast.LISTENERS, self.channel))
+        self.channel = self.loop.run_until_complete(listening.join(self.layer))
 
     def heard(self) -> list[tuple[int, int]]:
-        """(session, revision) of every message sent so far, in the order the layer got them."""
-
-        async def drain() -> list[tuple[int, int]]:
-            messages = []
-            while True:
-                try:
-                    wired = await asyncio.wait_for(self.layer.receive(self.channel), 0.05)
-                except TimeoutError:
-                    return messages
-                assert wired["groups"] == [self.group]
-                message = json.loads(wired["text"])
-                messages.append((message["session"], message["revision"]))
-
-        return self.loop.run_until_complete(drain())
+        """(session, revision) of every message sent so far for this listener's group, in the
+        order the layer got them."""
+        wired = listening.heard(self.layer, self.channel, [self.group], quiet=0.05)
+        got = self.loop.run_until_complete(wired)
+        assert all(each["groups"] == [self.group] for each in got)
+        messages = [json.loads(each["text"]) for each in got]
+        return [(message["session"], message["revision"]) for message in messages]
 
     def close(self) -> None:
         self.loop.run_until_complete(self.layer.group_discard(broadcast.LISTENERS, self.channel))

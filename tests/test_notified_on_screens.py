@@ -10,7 +10,6 @@ part of this, so what it would do to a row (sent, failing, given up) is written 
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import re
@@ -27,11 +26,11 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks import broadcast
 from tasks.management.commands import demo
 from tasks.models import Interaction, Session
 from tasks.notify import channels, seen
 from tasks.notify.models import Notification, NotificationChannel
+from tests import listening
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, member, push
 from tests.test_answers import answer
@@ -270,15 +269,10 @@ def heard(groups: list[str], act) -> list[dict]:
     layer = get_channel_layer()
 
     async def scenario():
-        name = await layer.new_channel()
-        await layer.group_add(broadcast.LISTENERS, name)
+        name = await listening.join(layer)
         await sync_to_async(act)()
         got = []
-        while True:
-            try:
-                wired = await asyncio.wait_for(layer.receive(name), 0.4)
-            except TimeoutError:
-                break
+        for wired in await listening.heard(layer, name, groups):
             message = json.loads(wired["text"])
             got.extend((group, message) for group in wired["groups"] if group in groups)
         return got

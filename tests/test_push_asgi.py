@@ -13,8 +13,8 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from dashboard.asgi import application
-from tasks import broadcast
 from tasks.models import Delivery, Refusal, Session
+from tests import listening
 from tests.builders import status
 from tests.conftest import make_agent, push, sign_headers
 
@@ -109,13 +109,12 @@ def test_committed_push_hints_the_team_and_session_groups_in_one_message(
     client, token_agent, fresh_channel_layers, django_capture_on_commit_callbacks
 ):
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(broadcast.LISTENERS, channel)
+    channel = async_to_sync(listening.join)(layer)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         push(client, token_agent, status("WORKING", at=1))
     assert len(callbacks) == 1
-    wired = async_to_sync(layer.receive)(channel)
     session = Session.objects.get()
+    wired = async_to_sync(listening.first)(layer, channel, [f"session.{session.pk}"])
     assert set(wired) == {"type", "groups", "text"}
     assert wired["groups"] == ["team.all", f"session.{session.pk}"]
     assert wired["type"] == "card.changed"

@@ -1,0 +1,53 @@
+"""Hearing the channel layer as a process's live listener does, in tests.
+
+Every listener is in one layer group (`broadcast.LISTENERS`), so a test's channel there hears
+every hint sent through its layer, its own and those of anything else still running in the
+same process (a test's server thread, a background sender). A test listens for its groups
+and for a bounded time: "until the layer goes quiet" alone never ends while something else
+keeps hinting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from tasks import broadcast
+
+
+async def join(layer) -> str:
+    """A new channel among the listeners."""
+    channel = await layer.new_channel()
+    await layer.group_add(broadcast.LISTENERS, channel)
+    return channel
+
+
+async def heard(
+    layer, channel: str, groups: Iterable[str], *, quiet: float = 0.4, within: float = 5.0
+) -> list[dict]:
+    """The hints for any of `groups` that reach `channel` until none has come for `quiet`
+    seconds, or `within` seconds have passed, whichever is first."""
+    wanted = set(groups)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    got = []
+    quiet_until = loop.time() + quiet
+    while (left := min(deadline, quiet_until) - loop.time()) > 0:
+        try:
+            wired = await asyncio.wait_for(layer.receive(channel), left)
+        except TimeoutError:
+            break
+        if wanted.intersection(wired["groups"]):
+            got.append(wired)
+            quiet_until = loop.time() + quiet
+    return got
+
+
+async def first(layer, channel: str, groups: Iterable[str], *, within: float = 5.0) -> dict:
+    """The first hint for any of `groups` to reach `channel`; fails after `within` seconds."""
+    wanted = set(groups)
+    async with asyncio.timeout(within):
+        while True:
+            wired = await layer.receive(channel)
+            if wanted.intersection(wired["groups"]):
+                return wired
