@@ -29,6 +29,7 @@ from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 pytest_plugins = ["tests.refusing"]
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+SLOW_TIMEOUT = 1200  # seconds; every other test has pyproject.toml's `timeout`
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects by marker
@@ -39,11 +40,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Run twice in the README's command they took it past its four minutes."""
     from django.conf import settings
 
-    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-        return
+    on_sqlite = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
     for item in items:
-        if item.nodeid.startswith("tests/browser/"):
+        if not on_sqlite and item.nodeid.startswith("tests/browser/"):
             item.add_marker(pytest.mark.slow)
+        # A test that hangs fails at its timeout (pyproject.toml) with every thread's stack,
+        # instead of holding CI until CI gives up; the long checks have more time.
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
 @dataclass
