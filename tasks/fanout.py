@@ -96,10 +96,11 @@ class Listener:
 def _stop_if_cancelled() -> None:
     """End a listener's task that was asked to stop, whatever its layer raised instead.
 
-    redis-py turns a cancellation that meets its own read timeout into a TimeoutError: a
-    listener that took that for a hiccup and carried on outlived its event loop's shutdown,
-    which waits for every task it cancelled (a test's loop never ended; a server would not
-    stop)."""
+    redis-py reads under `asyncio.timeout`, which on Python 3.11 can turn the cancellation
+    into a TimeoutError, and redis-py that into its own ("Timeout reading from …"; seen
+    under load). A listener that took that for a hiccup and listened on outlived its event
+    loop's shutdown, which waits for every task it cancelled: a test's loop never ended, and
+    a server would not stop."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
