@@ -222,7 +222,11 @@ def _database() -> dict:
         return sqlite_database(config)
     # Persistent connections leak under ASGI (each request may run on another thread), so
     # PostgreSQL connections come from a pool: close() hands them back instead of hanging up.
+    # The pool checks a connection before lending it (CONN_HEALTH_CHECKS: one empty query,
+    # a round trip): after PostgreSQL restarts, every idle connection is dead, and the
+    # request that got one answered 500.
     config["CONN_MAX_AGE"] = 0
+    config["CONN_HEALTH_CHECKS"] = True
     config.setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 20, "timeout": 10}
     return config
 

@@ -1,0 +1,35 @@
+"""PostgreSQL ended every connection (a restart, a failover, an operator): the next page is
+served, not a 500. Connections idle in the pool are dead then, and nothing notices until
+one is used; the pool checks each before lending it."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test import Client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def end_every_connection() -> int:
+    """What a restart does to the test database's connections, this test's own included."""
+    params = connection.get_connection_params() | {"autocommit": True}
+    with psycopg.connect(**params) as other:
+        (ended,) = other.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return ended
+
+
+def test_a_page_after_the_database_ended_every_connection_is_served(postgresql_pool, alice):
+    client = Client(raise_request_exception=False)
+    client.force_login(alice)
+    assert client.get("/").status_code == 200
+    connection.close()  # this thread's connection goes back to the pool, idle with the rest
+    assert postgresql_pool.get_stats()["pool_available"] >= 1
+
+    assert end_every_connection() >= 1
+
+    assert [client.get("/").status_code for _ in range(3)] == [200, 200, 200]
