@@ -10,6 +10,7 @@ keeps hinting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 
 from tasks import broadcast
@@ -32,14 +33,20 @@ async def heard(
     deadline = loop.time() + within
     got = []
     quiet_until = loop.time() + quiet
-    while (left := min(deadline, quiet_until) - loop.time()) > 0:
-        try:
-            wired = await asyncio.wait_for(layer.receive(channel), left)
-        except TimeoutError:
-            break
-        if wanted.intersection(wired["groups"]):
-            got.append(wired)
-            quiet_until = loop.time() + quiet
+    receiving = None
+    try:
+        while (left := min(deadline, quiet_until) - loop.time()) > 0:
+            # Waited for, not cancelled at each timeout: see `_stop`.
+            receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({receiving}, timeout=left)
+            if not done:
+                break
+            wired, receiving = receiving.result(), None
+            if wanted.intersection(wired["groups"]):
+                got.append(wired)
+                quiet_until = loop.time() + quiet
+    finally:
+        await _stop(receiving)
     return got
 
 
@@ -51,3 +58,13 @@ async def first(layer, channel: str, groups: Iterable[str], *, within: float = 5
             wired = await layer.receive(channel)
             if wanted.intersection(wired["groups"]):
                 return wired
+
+
+async def _stop(receiving: asyncio.Future | None) -> None:
+    """Cancel a receive no longer wanted, whatever it raises then: the Redis layer's can come
+    out of a cancellation as redis-py's TimeoutError (tasks/fanout.py says why)."""
+    if receiving is None:
+        return
+    receiving.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await receiving
