@@ -316,7 +316,17 @@ def test_a_process_listener_ends_with_its_event_loop_whatever_its_layer_raises_w
         await asyncio.sleep(0.05)  # the listener is receiving
         await communicator.disconnect()
 
-    ended = threading.Event()
-    thread = threading.Thread(target=lambda: (asyncio.run(scenario()), ended.set()), daemon=True)
+    outcome: list = []
+
+    def run_loop() -> None:
+        try:
+            asyncio.run(scenario())
+            outcome.append("ended")
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            outcome.append(error)
+
+    thread = threading.Thread(target=run_loop, daemon=True)
     thread.start()
-    assert ended.wait(10), "the event loop did not end: its listener outlived the cancellation"
+    thread.join(10)
+    assert outcome, "the event loop did not end: its listener outlived the cancellation"
+    assert outcome == ["ended"], f"the scenario failed before the loop could end: {outcome[0]!r}"
