@@ -136,6 +136,11 @@ if ONLOOKER_ARCHIVE_AFTER_DAYS > 36_500:  # further back than a date can go, soo
         f"not {ONLOOKER_ARCHIVE_AFTER_DAYS}"
     )
 
+# Behind a reverse proxy (docs/deployment): believe its X-Forwarded-Proto (is the request
+# secure?) and the address it appends last to X-Forwarded-For (who is the client?). Off, both
+# headers are whatever the client wrote, so neither is believed.
+ONLOOKER_TRUSTED_PROXY = env_bool("ONLOOKER_TRUSTED_PROXY", default=False)
+
 _public_host = urlsplit(ONLOOKER_PUBLIC_URL).hostname or "localhost"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", sorted({_public_host, "localhost", "127.0.0.1", "[::1]"}))
 CSRF_TRUSTED_ORIGINS = [ONLOOKER_PUBLIC_URL]
