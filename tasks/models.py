@@ -995,4 +995,5 @@ class UsageDay(models.Model):
 
 # The notification models live beside their code; importing them here registers them.
 from tasks.notify.models import Notification, NotificationChannel  # noqa: E402, F401
+from tasks.reset_limit_models import ResetLimit  # noqa: E402, F401
 from tasks.timeline_models import TimelineEntry  # noqa: E402, F401
