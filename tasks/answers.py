@@ -39,6 +39,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.notify import outbox
+from tasks.templatetags.onlooker import choices
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class AgentForgot(AgentFailed):
     """The agent answered "task not found": it restarted, or dropped the task."""
 
 
+class NotOffered(AnswerError):
+    """A choice the question does not offer: only the agent's own choices are sent as
+    choices (a typed answer goes as `value`)."""
+
+
 class StillWaiting(AnswerError):
     """A dismissal refused: the agent says it still waits for input on the task."""
 
@@ -93,6 +99,9 @@ class Decision:
     approved: bool | None = None
     value: str | None = None
     reason: str = ""
+    # The value came from a choice button: it must be one the question offers (checked
+    # under the claim's lock, against the question as it is then).
+    chosen: bool = False
 
     def as_json(self) -> dict:
         return {"approved": self.approved} if self.approved is not None else {"value": self.value}
@@ -120,6 +129,10 @@ def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
     """A decision from a posted form; a bad one is refused with what was wrong."""
     reason = _text("reason", form.get("reason", ""))
     if kind in CHOICES:
+        if "choice" in form:
+            raise NotOffered(
+                "Choices are for questions: answer this with its buttons. Nothing was sent."
+            )
         name = form.get("decision", "")
         if name not in CHOICES[kind]:
             allowed = " or ".join(f"'{n}'" for n in CHOICES[kind])
@@ -132,7 +145,7 @@ def parse_decision(kind: str, form: dict[str, Any]) -> Decision:
         if not _text("choice", choice):
             raise AnswerError("choice must not be empty")
         # Sent as the agent offered it, spaces and all: it is the agent's own string.
-        return Decision(value=choice, reason=reason)
+        return Decision(value=choice, reason=reason, chosen=True)
     value = form.get("value", "")
     if not isinstance(value, str) or not value.strip():
         raise AnswerError("write an answer first: value must not be empty")
@@ -288,6 +301,7 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
         # Under the session lock no other writer moves it between this read and the update;
         # the claim names the round read, so it never takes a round the person did not see.
         current = Interaction.objects.select_related("answered_by").get(pk=interaction.pk)
+        decision = _as_offered(current, decision)
         if Interaction.objects.claim(
             current, by=user, answer=decision.as_json(), reason=decision.reason, at=now
         ):
@@ -300,6 +314,35 @@ def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:
             log.info("%s sends the answer to interaction %s again", user, interaction.pk)
             return _Claim(bound=_bound(interaction), first=False)
     raise AlreadyAnswered(_refusal(current))
+
+
+NOT_OFFERED = (
+    "That choice is not one this question offers, so nothing was sent. Press one of its "
+    "choices, or type your answer."
+)
+
+
+def _as_offered(current: Interaction, decision: Decision) -> Decision:
+    """A chosen value as the question offers it (the agent's own string), or the bound
+    decision posted again by its retry button; NotOffered for anything else, so a forged
+    or stale choice never reaches the agent as if it had been offered."""
+    if not decision.chosen:
+        return decision
+    posted = _lines(decision.value or "")
+    candidates = choices(current.detail)
+    if current.unconfirmed and isinstance(current.answer, dict):
+        # The retry button posts the bound answer, typed or chosen, as a choice.
+        candidates = [*candidates, str(current.answer.get("value", ""))]
+    for offered in candidates:
+        if _lines(offered) == posted:
+            return Decision(value=offered, reason=decision.reason, chosen=True)
+    raise NotOffered(NOT_OFFERED)
+
+
+def _lines(text: str) -> str:
+    # Browsers send a button's line breaks as CRLF whatever the page held; compared
+    # exactly otherwise (case, spaces, Unicode form): the agent gets its own string back.
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _bound(interaction: Interaction) -> Interaction:
