@@ -22,13 +22,16 @@ from tasks import applier  # noqa: E402
 from tasks.consumers import LiveConsumer  # noqa: E402
 from tasks.notify import sender  # noqa: E402
 from tasks.origins import ExactOriginValidator  # noqa: E402
+from tasks.unavailable import SocketsWhileDatabaseAway  # noqa: E402
 from tasks.webhooks import PushReceiver  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": PushReceiver(ASGIStaticFilesHandler(django_application)),
         "websocket": ExactOriginValidator(
-            AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+            SocketsWhileDatabaseAway(
+                AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+            )
         ),
     }
 )

@@ -161,6 +161,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "tasks.middleware.content_security_policy",
+    "tasks.unavailable.while_database_away",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -232,7 +233,23 @@ def _database() -> dict:
     # request that got one answered 500.
     config["CONN_MAX_AGE"] = 0
     config["CONN_HEALTH_CHECKS"] = True
-    config.setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 20, "timeout": 10}
+    options = config.setdefault("OPTIONS", {})
+    # A request waits at most this long for a connection: with the database away, the first
+    # ones fail after it and tasks/outage.py answers the rest at once.
+    options["pool"] = {"min_size": 2, "max_size": 20, "timeout": 3}
+    # A host that stops answering (rather than refusing) must not hold a connection, or a
+    # thread, for TCP's quarter of an hour: connecting gives up after 3 s, and a connection
+    # whose sent data goes unacknowledged for 10 s, or whose idle peer misses three
+    # keepalives, is dropped. The URL's own query options win.
+    for name, value in {
+        "connect_timeout": 3,
+        "tcp_user_timeout": 10_000,  # ms
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+    }.items():
+        options.setdefault(name, value)
     return config
 
 
@@ -348,12 +365,19 @@ X_FRAME_OPTIONS = "DENY"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"one_line": {"()": "tasks.log_filters.OneLineUnlessOurFault"}},
+    # Daphne's format. One handler, on the root logger: Daphne gives the root one of its own
+    # (replaced here), and a handler per logger besides printed every line twice.
+    "formatters": {"plain": {"format": "%(asctime)-15s %(levelname)-8s %(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["one_line"]}
+    },
+    "root": {"handlers": ["console"]},
     "loggers": {
-        "tasks": {"handlers": ["console"], "level": "INFO"},
+        "tasks": {"level": "INFO"},
         # Django prints server errors to the console only in DEBUG: with DEBUG off, a 500's
         # traceback would otherwise go nowhere (ADMINS is empty).
-        "django": {"handlers": ["console"], "level": "INFO"},
+        "django": {"level": "INFO"},
     },
 }
 

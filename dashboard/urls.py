@@ -55,3 +55,6 @@ urlpatterns = [
     path("accounts/", include(account_urls())),
     path("", include("tasks.urls")),
 ]
+
+# A request that meets a database gone away is a 503, not a 500 (tasks/unavailable.py).
+handler500 = "tasks.unavailable.server_error"

@@ -35,10 +35,11 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.models import Group
+from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
-from tasks import broadcast
+from tasks import broadcast, outage
 from tasks.models import Session
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,17 @@ def verdicts(watched: list[Watched]) -> dict[Watched, int]:
     return closing
 
 
+def _verdicts_unless_away(watched: list[Watched]) -> dict[Watched, int] | None:
+    """`verdicts`, or None when the database turned out to be away (noticed here, in a
+    worker thread: finding out may take a connection attempt)."""
+    try:
+        return verdicts(watched)
+    except DatabaseError as error:
+        if outage.noticed(error):
+            return None
+        raise
+
+
 def _signed_in(socket: Watched, data: str | dict, user) -> bool:
     """Whether the stored session still logs this user in, by Django's rule (auth.get_user),
     without its side effect: Django would flush a session that fails; a sweep writes nothing."""
@@ -201,12 +213,16 @@ class Sweep:
             watched = list(self.sockets)
             if not watched:
                 break
+            # A database outage must not close every socket: the pages could not reconnect
+            # anyway. Their access is checked again on the first sweep after it.
+            if outage.is_away():
+                continue
             try:
-                closing = await database_sync_to_async(verdicts)(watched)
+                closing = await database_sync_to_async(_verdicts_unless_away)(watched)
             except Exception:  # noqa: BLE001 - keep sweeping; the next sweep may succeed
-                # A database outage must not close every socket: the pages could not
-                # reconnect anyway. Their access is checked again on the next sweep.
                 log.exception("live sockets: the access sweep failed")
+                continue
+            if closing is None:
                 continue
             for socket, code in closing.items():
                 if socket in self.sockets:  # not closed meanwhile

@@ -11,7 +11,7 @@ keeps its connection and replaces it only once an error has left it unusable.
 
 from __future__ import annotations
 
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 
 
 def keep_unless_broken() -> None:
@@ -33,3 +33,11 @@ def keep_unless_broken() -> None:
 def close_this_thread_s() -> None:
     """A long-lived thread is ending: hand its connections back (nothing else would)."""
     connections.close_all()
+
+
+def lost(error: BaseException) -> bool:
+    """Whether `error` came from this thread's connection breaking (the server restarted or
+    ended it while it was kept idle): the next unit connects again, and there is nothing in
+    the code to show a traceback for."""
+    raw = connection.connection
+    return isinstance(error, DatabaseError) and raw is not None and getattr(raw, "broken", False)

@@ -36,6 +36,7 @@ from tasks import (
     fragments,
     listing,
     message_parts,
+    outage,
     search,
     states,
     timeline,
@@ -51,6 +52,8 @@ HEALTH_TIMEOUT = 3.0
 
 
 def _database_ok() -> None:
+    if outage.is_away():  # known: not another wait for the pool
+        raise RuntimeError("the database is away (tasks/outage.py)")
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     connection.close()

@@ -28,7 +28,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import a2a_client, applier, broadcast, connections, ingest, protocol
+from tasks import a2a_client, applier, broadcast, connections, ingest, outage, protocol
 from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
 from tasks.numbers import whole_number
 
@@ -65,11 +65,24 @@ def handle_push(
     """The whole receiver, shared by the ASGI fast path and the Django view: (status, JSON).
     A database that fails it anywhere (down, or its connection broken) is a 503, which the
     agent retries, never a 500."""
+    if outage.is_away():
+        return 503, NOT_STORED
     try:
         return _handle_push(endpoint_id, headers, read_body)
-    except DatabaseError:
-        log.exception("push not stored: the database failed (endpoint %.40s)", endpoint_id)
+    except DatabaseError as error:
+        _log_not_stored(error, "endpoint %.40s", endpoint_id)
         return 503, NOT_STORED
+
+
+def _log_not_stored(error: Exception, what: str, *args: object) -> None:
+    # An unreachable database is one line (outage.py says when it is back); anything else
+    # is a fault worth its traceback.
+    if outage.noticed(error):
+        log.warning("push not stored: the database cannot be reached (" + what + ")", *args)
+    elif connections.lost(error):
+        log.warning("push not stored: the database connection was lost (" + what + ")", *args)
+    else:
+        log.exception("push not stored: the database failed (" + what + ")", *args)
 
 
 def _handle_push(
@@ -96,8 +109,8 @@ def _handle_push(
     key = ingest.idempotency_key(headers.get("webhook-id"), body)
     try:
         result = ingest.receive(endpoint, key, body, event)
-    except Exception:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
-        log.exception("push not stored: agent=%s key=%s", endpoint.agent_id, key[:40])
+    except Exception as error:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
+        _log_not_stored(error, "agent=%s key=%.40s", endpoint.agent_id, key)
         return 503, NOT_STORED
     if result.pending:
         applier.wake(result.delivery.pk)
@@ -113,7 +126,10 @@ def receive_push(request: HttpRequest, endpoint_id: str) -> JsonResponse:
         response["Allow"] = "POST"
         return response
     status, data = handle_push(endpoint_id, request.headers, lambda: request.body)
-    return JsonResponse(data, status=status)
+    response = JsonResponse(data, status=status)
+    if status == 503:
+        response["Retry-After"] = str(outage.RETRY_AFTER)
+    return response
 
 
 # public id → (expires at, endpoint with its agent): the one query every push made, and the
@@ -278,6 +294,8 @@ class PushReceiver:
         if match is None or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         broadcast.use_loop(asyncio.get_running_loop())  # delayed hints go out from here
+        if outage.is_away():  # at once, not after reading a body that cannot be kept
+            return await _send_json(send, 503, NOT_STORED, close=True, retry_after=True)
         endpoint_id = match["endpoint"]
         limit = settings.ONLOOKER_MAX_PUSH_BYTES
         headers = _asgi_headers(scope)
@@ -298,7 +316,7 @@ class PushReceiver:
                 break
         body = b"".join(chunks)
         status, data = await sync_to_async(_handle_in_thread)(endpoint_id, headers, body)
-        await _send_json(send, status, data)
+        await _send_json(send, status, data, retry_after=status == 503)
 
     async def _refuse_oversize(self, send, endpoint_id: str, size: int) -> None:
         await sync_to_async(_count_oversize)(endpoint_id, size)
@@ -325,11 +343,15 @@ def _handle_in_thread(endpoint_id: str, headers: Mapping[str, str], body: bytes)
     return handle_push(endpoint_id, headers, lambda: body)
 
 
-async def _send_json(send, status: int, data: dict, *, close: bool = False) -> None:
+async def _send_json(
+    send, status: int, data: dict, *, close: bool = False, retry_after: bool = False
+) -> None:
     body = json.dumps(data).encode()
     # With its length given the answer goes out whole, not as a chunked stream.
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if close:
         headers.append((b"connection", b"close"))
+    if retry_after:
+        headers.append((b"retry-after", b"%d" % outage.RETRY_AFTER))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

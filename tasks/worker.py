@@ -10,9 +10,13 @@ import logging
 import signal
 import threading
 
-from tasks import connections
+from tasks import connections, outage
 
 log = logging.getLogger(__name__)
+
+
+class DatabaseAway(Exception):
+    """A step not tried: the database is away."""
 
 
 class Loop:
@@ -73,9 +77,11 @@ class Loop:
                 woken = self._woken.is_set()
                 self._woken.clear()
                 try:
+                    if outage.is_away():  # outage.py says when it is back: no step till then
+                        raise DatabaseAway
                     self.step()
-                except Exception:  # noqa: BLE001 - the database went away, say: try again
-                    log.exception("%s: a step failed; trying again", self.name)
+                except Exception as error:  # noqa: BLE001 - the database went away, say: try again
+                    self._say_why(error)
                     self.stopped.wait(self.failure_pause)
                     if woken:  # what it was woken for is still to do: not left to the poll
                         self._woken.set()
@@ -85,6 +91,14 @@ class Loop:
         finally:
             self.end()
             connections.close_this_thread_s()
+
+    def _say_why(self, error: Exception) -> None:
+        if isinstance(error, DatabaseAway) or outage.noticed(error):
+            return  # said once, by outage.py, for the whole process
+        if connections.lost(error):
+            log.warning("%s: its database connection was lost; connecting again", self.name)
+            return
+        log.exception("%s: a step failed; trying again", self.name)
 
 
 def run_in_foreground(loop: Loop, say, what: str) -> None:

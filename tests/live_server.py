@@ -83,8 +83,11 @@ class LiveServer:
         port: int | None = None,
         redis_url: str | None | _FromSettings = FROM_SETTINGS,
         log_path: Path | None = None,
+        database_url: str | None = None,
     ) -> None:
         self.port = port or free_port()
+        # Another way to the test database (a proxy in front of it), or none: this one.
+        self.database_url = database_url
         if isinstance(redis_url, _FromSettings):
             redis_url = getattr(settings, "REDIS_URL", "") or None
         self.redis_url: str | None = redis_url
@@ -97,7 +100,7 @@ class LiveServer:
 
     def environment(self) -> dict[str, str]:
         env = clean_environment(
-            DATABASE_URL=child_database_url(),
+            DATABASE_URL=self.database_url or child_database_url(),
             SECRET_KEY=settings.SECRET_KEY,
             # As people run it: DEBUG is off by default (its error pages differ, and leak).
             DEBUG="0",
