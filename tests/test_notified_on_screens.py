@@ -33,6 +33,7 @@ from tasks.notify.models import Notification, NotificationChannel
 from tests import listening
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, member, push
+from tests.offline_names import names_under_test_resolve_to_nothing  # noqa: F401 - a fixture
 from tests.test_answers import answer
 
 TEN_OH_TWO = datetime(2026, 12, 1, 10, 2, 0, tzinfo=UTC)
@@ -40,6 +41,9 @@ SLACK_URL = "https://hooks.slack.test/services/T000/B000/slackpathsecret"
 WEBHOOK_URL = "https://receiver.test/onlooker/hookpathsecret?token=querysecret"
 Kind = Notification.Kind
 State = Notification.State
+
+# Channels here are made, never sent to: their .test names resolve to nothing, unasked.
+pytestmark = pytest.mark.usefixtures("names_under_test_resolve_to_nothing")
 
 
 @pytest.fixture(autouse=True)

@@ -22,14 +22,22 @@ from tasks.notify.channels import ChannelError, add, parse_interval
 from tasks.notify.models import Notification, NotificationChannel
 from tests.builders import approval, status
 from tests.conftest import make_agent, push
+from tests.offline_names import names_under_test_resolve_to_nothing  # noqa: F401 - a fixture
 
 Kind = Notification.Kind
+
+# Channels here are made, never sent to: their .test names resolve to nothing, unasked.
+pytestmark = pytest.mark.usefixtures("names_under_test_resolve_to_nothing")
 
 
 @pytest.fixture
 def ops_webhook(ops) -> NotificationChannel:
     return add(
-        "ops", "webhook", "http://127.0.0.1:9/hook", remind_after=timedelta(minutes=15)
+        "ops",
+        "webhook",
+        "http://127.0.0.1:9/hook",
+        remind_after=timedelta(minutes=15),
+        allow_private=True,
     ).channel
 
 
@@ -106,7 +114,8 @@ def test_a_disabled_channel_is_not_queued(team_agent, ops_slack):
 
 def test_the_agent_moving_on_resolves_it_where_it_was_announced(team_agent, ops_slack):
     interaction = ask(team_agent)
-    later = add("ops", "webhook", "http://127.0.0.1:9/later").channel  # after the opening
+    # Made after the opening.
+    later = add("ops", "webhook", "http://127.0.0.1:9/later", allow_private=True).channel
     push(Client(), team_agent, status("WORKING", at=5), msg_id="working")
 
     assert events(channel=ops_slack) == [(Kind.OPENED, 0, 1), (Kind.RESOLVED, 0, 1)]

@@ -31,7 +31,7 @@ from standardwebhooks import Webhook
 
 from tasks import profile
 from tasks.models import Interaction
-from tasks.notify import sender
+from tasks.notify import sender, sending
 from tasks.notify.channels import add
 from tasks.notify.models import Notification, NotificationChannel
 from tests.builders import approval, status
@@ -91,7 +91,8 @@ def locmem(settings):
 
 
 def webhook_channel(peer: MisbehavingAgent, **options):
-    added = add("ops", "webhook", peer.base_url + "/hooks/onlooker", **options)
+    # The receivers are on loopback: a channel may post there only when it says so.
+    added = add("ops", "webhook", peer.base_url + "/hooks/onlooker", allow_private=True, **options)
     return added.channel, added.signing_secret
 
 
@@ -198,9 +199,10 @@ def test_a_webhook_that_fails_first_gets_the_same_event_after_a_backoff(clock, b
     assert sender.send_due() == 0
     failed = row()
     assert (failed.state, failed.attempts) == ("pending", 1)
-    assert failed.last_error == "HTTP 500: upstream down"
+    assert failed.last_error == "HTTP 500"  # the receiver's words are the admin's
     channel.refresh_from_db()
-    assert channel.last_error == "HTTP 500: upstream down" and channel.last_error_at is not None
+    assert channel.last_error == "HTTP 500" and channel.last_error_at is not None
+    assert channel.last_error_detail == "HTTP 500: upstream down"
     assert channel.last_success_at is None
 
     assert sender.send_due() == 0  # not retried hot
@@ -219,20 +221,24 @@ def test_a_webhook_that_fails_first_gets_the_same_event_after_a_backoff(clock, b
 def test_an_error_names_no_part_of_the_channels_secret_url(clock, bot, receiver):
     receiver.answer(b"no_service", status=404, content_type="text/plain")
     path = "/services/T0001/B0002/s3cr3tTOKENxyz"
-    add("ops", "slack", receiver.base_url + path)
+    add("ops", "slack", receiver.base_url + path, allow_private=True)
     ask(bot)
 
     sender.send_due()
 
     channel = NotificationChannel.objects.get()
-    assert row().last_error == channel.last_error == "HTTP 404: no_service"
-    refused = add("ops", "slack", f"http://127.0.0.1:{free_port()}{path}").channel
+    assert row().last_error == channel.last_error == "HTTP 404"
+    assert channel.last_error_detail == "HTTP 404: no_service"
+    refused = add(
+        "ops", "slack", f"http://127.0.0.1:{free_port()}{path}", allow_private=True
+    ).channel
     clock.shift(timedelta(seconds=1))
     ask(bot, task="task-2")
     sender.send_due()
     refused.refresh_from_db()
     assert refused.last_error.startswith("could not connect")
-    assert "s3cr3t" not in refused.last_error and "T0001" not in refused.last_error
+    for text in (refused.last_error, refused.last_error_detail):
+        assert "s3cr3t" not in text and "T0001" not in text
 
 
 def test_a_redirect_is_a_failure_and_is_not_followed(clock, bot, receiver, other_receiver):
@@ -274,7 +280,7 @@ def free_port() -> int:
 def test_slack_hears_who_waits_for_what_and_then_who_answered_what(
     clock, bot, receiver, ops, approvers
 ):
-    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz")
+    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz", allow_private=True)
     interaction = ask(bot)
     url = URL.format(interaction.task.session_id)
     clock.shift(timedelta(minutes=2))
@@ -301,7 +307,7 @@ def test_slack_hears_who_waits_for_what_and_then_who_answered_what(
 
 
 def test_slack_hears_when_the_agent_moved_on_without_an_answer(clock, bot, receiver):
-    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz")
+    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz", allow_private=True)
     ask(bot)
     sender.send_due()
 
@@ -318,7 +324,7 @@ def test_slack_hears_when_the_agent_moved_on_without_an_answer(clock, bot, recei
 
 
 def test_slack_text_from_agents_cannot_mention_or_link(clock, bot, receiver):
-    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz")
+    add("ops", "slack", receiver.base_url + "/services/T1/B2/xyz", allow_private=True)
     ask(bot, prompt="Ship <!channel> & <http://evil.test|this>?", detail={"<b>": "a & b"})
 
     sender.send_due()
@@ -379,7 +385,13 @@ def test_reminders_one_per_interval_at_most_three(clock, bot, receiver):
 
 
 def test_no_reminder_after_the_answer(clock, bot, receiver, ops, approvers):
-    add("ops", "slack", receiver.base_url + "/s", remind_after=timedelta(minutes=15))
+    add(
+        "ops",
+        "slack",
+        receiver.base_url + "/s",
+        remind_after=timedelta(minutes=15),
+        allow_private=True,
+    )
     interaction = ask(bot)
     sender.send_due()
     clock.shift(timedelta(minutes=16))
@@ -578,7 +590,7 @@ def test_a_duplicate_push_queues_nothing_twice(clock, bot, receiver):
 def test_a_slow_channel_does_not_delay_another(clock, bot, receiver, other_receiver, monkeypatch):
     # Margins wide enough for a loaded machine: one at a time, the fast channel would wait
     # the slow one's whole 2 s timeout.
-    monkeypatch.setattr(sender, "TIMEOUT", sender.httpx.Timeout(2.0, connect=2.0))
+    monkeypatch.setattr(sending, "TIMEOUT", sending.httpx.Timeout(2.0, connect=2.0))
     receiver.answer(b"ok", content_type="text/plain", delay=4.0)  # slower than its timeout
     slow, _ = webhook_channel(receiver)  # made first: sent to first, were it one at a time
     webhook_channel(other_receiver)

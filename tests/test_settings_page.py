@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from tests.conftest import make_agent, member
+from tests.offline_names import names_under_test_resolve_to_nothing  # noqa: F401 - a fixture
 
 
 def page_of(user: User) -> str:
@@ -83,6 +84,7 @@ def test_the_username_in_the_header_leads_to_the_settings(ops):
     assert 'data-user-id="' in overview
 
 
+@pytest.mark.usefixtures("names_under_test_resolve_to_nothing")
 def test_the_page_lists_the_channels_of_the_persons_teams_only(ops, fleet):
     from tasks.notify.channels import add
 

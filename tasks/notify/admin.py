@@ -2,7 +2,8 @@
 secret shown once; afterwards only whether it is on and how often it reminds may change) and
 their outbox (read only: the sender alone changes it). Neither ever shows a channel's signing
 secret, nor a webhook's path (often its credential): `shown_target`, and errors through
-`seen.shown_error`. Registered by tasks/admin.py importing this module."""
+`seen.shown_error`. A channel's page alone shows its last error as the receiver said it
+(which the team never sees). Registered by tasks/admin.py importing this module."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.utils.formats import date_format
 
 from tasks.notify import channels as notify_channels
 from tasks.notify import seen
-from tasks.notify.models import Notification, NotificationChannel
+from tasks.notify.models import PRIVATE_HELP, Notification, NotificationChannel
 
 
 def _when(at) -> str:
@@ -35,6 +36,9 @@ class AddChannelForm(forms.Form):
     remind_after = forms.CharField(
         required=False,
         help_text="Remind while still open after this long, e.g. 15m (at most 3); empty: never",
+    )
+    allow_private = forms.BooleanField(
+        required=False, label="Allow a private address", help_text=PRIVATE_HELP
     )
 
 
@@ -101,13 +105,24 @@ class NotificationChannelAdmin(admin.ModelAdmin):
         "team",
         "kind",
         "goes_to",
+        "allow_private",
         "enabled",
         "remind_after",
         "created_at",
         "last_success",
         "last_error_shown",
+        "last_error_said",
     )
-    readonly_fields = ("team", "kind", "goes_to", "created_at", "last_success", "last_error_shown")
+    readonly_fields = (
+        "team",
+        "kind",
+        "goes_to",
+        "allow_private",
+        "created_at",
+        "last_success",
+        "last_error_shown",
+        "last_error_said",
+    )
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("signing_secret")
@@ -132,6 +147,14 @@ class NotificationChannelAdmin(admin.ModelAdmin):
             return "—"
         return f"{_when(channel.last_error_at)}: {seen.shown_error(channel) or '(no text)'}"
 
+    @admin.display(description="last error, as the receiver said it")
+    def last_error_said(self, channel: NotificationChannel) -> str:
+        # The receiver's own words: for the admin only (the team sees last_error). Its URL's
+        # path and any signing secret are taken out, as everywhere.
+        if not channel.last_error_detail:
+            return "—"
+        return seen.without_secrets(channel, channel.last_error_detail)
+
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):
             return super().add_view(request, form_url, extra_context)
@@ -145,7 +168,11 @@ class NotificationChannelAdmin(admin.ModelAdmin):
                     else None
                 )
                 added = notify_channels.add(
-                    data["team"], data["kind"], data["target"], remind_after=interval
+                    data["team"],
+                    data["kind"],
+                    data["target"],
+                    remind_after=interval,
+                    allow_private=data["allow_private"],
                 )
             except notify_channels.ChannelError as error:
                 form.add_error(None, str(error))

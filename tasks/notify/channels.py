@@ -1,7 +1,9 @@
 """Making a team's notification channels: the only writer of new channels (the
 `add_channel` command and the admin call `add`). Refuses, changing nothing, what could
 never deliver: a URL that is not http(s), an address that is not one, email without email
-settings, a reminder interval that is not a duration."""
+settings, a reminder interval that is not a duration; and a URL whose host is, or resolves
+to, a loopback, private, link-local or other non-public address, unless the channel allows
+a private address (targets.py; the sender checks again at every connection)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
+from tasks.notify import targets
 from tasks.notify.models import NotificationChannel
 
 Kind = NotificationChannel.Kind
@@ -63,13 +66,32 @@ def new_signing_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def _check_url(url: str) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ChannelError(f"{url!r} is not an http(s) URL")
+def _check_url(url: str, *, allow_private: bool) -> str:
+    url = url.strip()
     if len(url) > 2000:
         raise ChannelError("the URL is over 2,000 characters")
-    return url.strip()
+    # Parsed as the sender's client parses it: the host checked is the host it connects to.
+    try:
+        parts = httpx.URL(url)
+    except httpx.InvalidURL:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.host:
+        raise ChannelError(f"{url!r} is not an http(s) URL")
+    if not allow_private:
+        try:
+            targets.check_new(parts.host, parts.port or (443 if parts.scheme == "https" else 80))
+        except targets.Refused as refused:
+            raise ChannelError(
+                f"{_shown(parts)} goes to {refused.address}, {refused.reason}: a channel "
+                "posts only to public internet addresses unless it allows a private one "
+                '(add_channel --allow-private, or "Allow a private address" in the admin)'
+            ) from None
+    return url
+
+
+def _shown(parts: httpx.URL) -> str:
+    # Scheme and host, as the channel is shown: the path may be a credential.
+    return f"{parts.scheme}://{parts.netloc.decode('ascii', 'replace')}/…"
 
 
 def add(
@@ -78,8 +100,10 @@ def add(
     target: str,
     *,
     remind_after: timedelta | None = None,
+    allow_private: bool = False,
 ) -> Added:
-    """A new channel for the team (made if missing). A signed webhook gets a new secret."""
+    """A new channel for the team (made if missing). A signed webhook gets a new secret.
+    `allow_private` lets a webhook or Slack channel post to a non-public address."""
     for text in (team_name, target):
         try:
             text.encode()
@@ -92,7 +116,7 @@ def add(
     if len(team_name.strip()) > TEAM_NAME_CHARS:
         raise ChannelError(f"a team's name is at most {TEAM_NAME_CHARS} characters")
     if kind in (Kind.SLACK, Kind.WEBHOOK):
-        target = _check_url(target)
+        target = _check_url(target, allow_private=allow_private)
     elif kind == Kind.EMAIL:
         target = target.strip()
         try:
@@ -114,5 +138,6 @@ def add(
         target=target,
         signing_secret=secret or "",
         remind_after=remind_after,
+        allow_private=allow_private and kind != Kind.EMAIL,
     )
     return Added(channel, secret)

@@ -3,7 +3,8 @@
 Writers: `tasks/notify/channels.py` creates channels (the `add_channel` command, the admin);
 `outbox.py` alone inserts notifications (in the transaction of the change they report);
 `sender.py` alone moves them from pending to sent, skipped or failed, and records each
-channel's last success and error.
+channel's last success and error (the short text the team sees, and apart from it the
+receiver's own words, for the admin).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from django.db import models
 from django.db.models import Q
 
 from tasks.stored_json import StoredJSONDecoder
+
+PRIVATE_HELP = (
+    "Lets this channel post to loopback, private (10.x, 192.168.x, fc00::/7), link-local "
+    "(169.254.x, where clouds answer with their credentials) and other non-public "
+    "addresses. Dangerous: Onlooker posts from inside your network, so such a channel can "
+    "reach services that trust it (a metadata service, an internal admin page, a database). "
+    "Tick it only for a receiver you run on your own network."
+)
 
 
 class NotificationChannel(models.Model):
@@ -37,10 +46,21 @@ class NotificationChannel(models.Model):
     remind_after = models.DurationField(
         null=True, blank=True, help_text="remind while still open after this long (at most 3)"
     )
+    # Off unless whoever made it said so: then it may post to loopback, private, link-local
+    # and other non-public addresses (tasks/notify/targets.py).
+    allow_private = models.BooleanField(
+        "allow a private address",
+        default=False,
+        help_text=PRIVATE_HELP,
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
+    # What the team sees of the last failure ("HTTP 403", "timed out"), on /settings/.
     last_error = models.TextField(blank=True)
+    # The same with the receiver's own words, which may be an internal page's: for the
+    # admin and the logs only.
+    last_error_detail = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -188,13 +188,23 @@ def shown_error(channel: NotificationChannel, text: str | None = None) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
+def without_secrets(channel: NotificationChannel, text: str) -> str:
+    """The text with the channel's URL cut to scheme and host, and signing secrets taken out,
+    but other URLs and its length kept: for the admin, who may read a receiver's words."""
+    if channel.target and channel.kind != NotificationChannel.Kind.EMAIL:
+        text = text.replace(channel.target, channel.shown_target)
+    return _SECRET.sub("whsec_…", text)
+
+
 def channels_for_user(user) -> list[NotificationChannel]:
     """The channels of the person's teams (a superuser's: every team's), by team, each with
     `label` (Slack, webhook, email), `shown_interval` (its reminders') and
     `shown_last_error` (`shown_error`). One query."""
     if not user.is_authenticated:
         return []
-    channels = NotificationChannel.objects.select_related("team").defer("signing_secret")
+    channels = NotificationChannel.objects.select_related("team").defer(
+        "signing_secret", "last_error_detail"
+    )
     if not user.is_superuser:
         channels = channels.filter(team__user=user)
     found = list(channels.order_by("team__name", "pk"))

@@ -26,9 +26,12 @@ Per channel and per interaction round, in order:
   reminder, not three at once); a reminder that fell due before its opening went out is
   skipped (the opening said how long it has waited).
 
-Failures (non-2xx, a redirect, a timeout, a refused connection, an SMTP error) are retried
-with exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's
-other rows, and those queued for it meanwhile, wait as long: a channel that is down gets one
+Sending itself is sending.py; where a channel may send, targets.py. Failures (non-2xx, a
+redirect, a timeout, a refused connection, a target that is not a public address, an SMTP
+error) are recorded in two texts: a short one the team sees, and one with the receiver's
+own words for the admin and the log (sending.SendFailed). They are retried with
+exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's other
+rows, and those queued for it meanwhile, wait as long: a channel that is down gets one
 attempt per interval, not one per row or per new event. After Notification.GIVE_UP_AFTER
 from when it was due, a row that still fails is given up (`failed`). Rows of a disabled
 channel stay pending until it is enabled.
@@ -42,27 +45,23 @@ send_notifications` runs the same loop standalone (`ONLOOKER_NOTIFIER=external`)
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import smtplib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import httpx
 from django.conf import settings
-from django.core.mail import get_connection
 from django.db import connection, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from standardwebhooks import Webhook
 
 from tasks.models import Interaction
-from tasks.notify import formats, seen
+from tasks.notify import seen
 from tasks.notify.models import Notification, NotificationChannel
+from tasks.notify.sending import TOTAL_SECONDS, SendFailed, send
 from tasks.worker import Loop
 from tasks.writer import writing
 
@@ -71,11 +70,9 @@ log = logging.getLogger(__name__)
 Kind = Notification.Kind
 State = Notification.State
 
-# A claimed row is this sender's until then: far longer than one send can take (TIMEOUT).
+# A claimed row is this sender's until then: far longer than one send can take
+# (sending.TIMEOUT).
 LEASE = timedelta(seconds=60)
-TIMEOUT = httpx.Timeout(10.0, connect=5.0)
-# A send's whole time, whatever the server trickles: httpx's timeouts are per read.
-TOTAL_SECONDS = 10.0
 WORKERS = 8  # channels sent to at once
 PER_CHANNEL = 50  # rows a channel's worker sends before it lets other channels have a turn
 # A channel's worker stops taking its rows after this long, so a slow channel that still
@@ -94,11 +91,6 @@ def backoff(attempts: int, *, jitter: float | None = None) -> timedelta:
     base = min(FIRST_BACKOFF * 2 ** max(attempts - 1, 0), MAX_BACKOFF)
     fraction = random.random() if jitter is None else jitter
     return base * (1 - 0.2 * fraction)
-
-
-class SendFailed(Exception):
-    """Why a channel did not take an event, in a few words with no secret in them (no
-    webhook URL path, no signing secret, no password)."""
 
 
 @dataclass
@@ -241,107 +233,6 @@ def _verdict(row: Notification, now: datetime) -> str:
     return "skip" if later.exists() else "send"
 
 
-# -- sending --------------------------------------------------------------------------------
-
-
-def _scrub(text: str, channel: NotificationChannel) -> str:
-    """Error text without the channel's URL (its path is often its secret)."""
-    text = " ".join(str(text).split())
-    if channel.target and channel.kind != NotificationChannel.Kind.EMAIL:
-        text = text.replace(channel.target, channel.shown_target)
-        path = httpx.URL(channel.target).raw_path.decode("ascii", "replace")
-        if len(path) > 1:
-            text = text.replace(path, "/…")
-    return text[:ERROR_CHARS]
-
-
-_client: httpx.Client | None = None
-_client_lock = threading.Lock()
-
-
-def http_client() -> httpx.Client:
-    """One client for every send of the process (httpx's is thread-safe): making one costs
-    ~40 ms of CPU (its TLS context loads the system's certificates), more than the send."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            _client = httpx.Client(
-                timeout=TIMEOUT,
-                follow_redirects=False,
-                limits=httpx.Limits(max_connections=WORKERS * 2, keepalive_expiry=30),
-            )
-        return _client
-
-
-def _post(channel: NotificationChannel, body: str, headers: dict[str, str]) -> None:
-    started = time.monotonic()
-    try:
-        with http_client().stream(
-            "POST", channel.target, content=body, headers=headers, timeout=TIMEOUT
-        ) as answer:
-            # Read the answer (briefly) so the connection closes cleanly; a server that
-            # trickles it is cut off at TOTAL_SECONDS.
-            text = b""
-            for chunk in answer.iter_bytes():
-                if len(text) < 200:
-                    text += chunk
-                if time.monotonic() - started > TOTAL_SECONDS:
-                    raise SendFailed(f"no complete answer within {TOTAL_SECONDS:.0f} s")
-    except httpx.TimeoutException:
-        raise SendFailed(f"no answer within {TIMEOUT.read:.0f} s (timed out)") from None
-    except httpx.ConnectError as error:
-        raise SendFailed(f"could not connect: {error}") from None
-    except httpx.HTTPError as error:
-        raise SendFailed(f"{type(error).__name__}: {error}") from None
-    if answer.is_success:
-        return
-    if answer.is_redirect:
-        raise SendFailed(f"HTTP {answer.status_code}: a redirect (not followed)")
-    said = " ".join(text.decode("utf-8", "replace").split())[:80]
-    raise SendFailed(f"HTTP {answer.status_code}" + (f": {said}" if said else ""))
-
-
-def send(row: Notification, *, at: datetime) -> None:
-    """Send one event to its channel (`row.channel`); SendFailed unless it was taken."""
-    channel = row.channel
-    try:
-        if channel.kind == NotificationChannel.Kind.SLACK:
-            body = formats.slack(row, at=at)
-            _post(channel, _json(body), {"content-type": "application/json"})
-        elif channel.kind == NotificationChannel.Kind.WEBHOOK:
-            body = formats.webhook(row)
-            # The time of this attempt (receivers refuse old timestamps); the id is the
-            # event's, the same on every attempt.
-            signed_at = timezone.now()
-            signature = Webhook(channel.signing_secret).sign(row.event_id, signed_at, body)
-            _post(
-                channel,
-                body,
-                {
-                    "content-type": "application/json",
-                    "webhook-id": row.event_id,
-                    "webhook-timestamp": str(int(signed_at.timestamp())),
-                    "webhook-signature": signature,
-                },
-            )
-        elif channel.kind == NotificationChannel.Kind.EMAIL:
-            message = formats.email(row, at=at)
-            message.connection = get_connection(fail_silently=False)
-            message.send()
-        else:
-            raise SendFailed(f"unknown kind of channel {channel.kind!r}")
-    except SendFailed as error:
-        raise SendFailed(_scrub(str(error), channel)) from None
-    except smtplib.SMTPException as error:
-        raise SendFailed(_scrub(f"mail server: {type(error).__name__}: {error}", channel)) from None
-    except OSError as error:  # smtplib's connection; httpx's are caught in _post
-        raise SendFailed(_scrub(f"could not connect: {error}", channel)) from None
-
-
-def _json(body: dict) -> str:
-    return json.dumps(body, ensure_ascii=False)
-
-
 # -- recording ------------------------------------------------------------------------------
 
 
@@ -363,7 +254,9 @@ def _sent(claimed: Claimed, at: datetime) -> None:
         log.warning("notification %s was sent after its lease ran out", row.pk)
 
 
-def _failed(claimed: Claimed, error: str, at: datetime) -> None:
+def _failed(claimed: Claimed, error: SendFailed, at: datetime) -> None:
+    """Record a failed attempt: the row and the channel keep `error.shown`, what the team
+    may read; the channel keeps `error.detail` (the receiver's words) for the admin."""
     row = claimed.notification
     attempts = row.attempts + 1
     give_up = at >= row.due_at + Notification.GIVE_UP_AFTER
@@ -375,11 +268,12 @@ def _failed(claimed: Claimed, error: str, at: datetime) -> None:
         row.channel_id,
         attempts,
         ", giving up" if give_up else "",
-        error,
+        error.detail,
     )
-    change: dict = {"attempts": attempts, "last_error": error, "claimed_until": None}
+    shown = error.shown
+    change: dict = {"attempts": attempts, "last_error": shown, "claimed_until": None}
     if give_up:
-        change.update(state=State.FAILED, last_error=f"gave up after {attempts} attempts: {error}")
+        change.update(state=State.FAILED, last_error=f"gave up after {attempts} attempts: {shown}")
     else:
         change["next_attempt_at"] = retry_at
     with writing(), transaction.atomic():
@@ -387,7 +281,7 @@ def _failed(claimed: Claimed, error: str, at: datetime) -> None:
             pk=row.pk, state=State.PENDING, claimed_until=claimed.until
         ).update(**change)
         NotificationChannel.objects.filter(pk=row.channel_id).update(
-            last_error=error[:ERROR_CHARS], last_error_at=at
+            last_error=shown[:ERROR_CHARS], last_error_detail=error.detail, last_error_at=at
         )
         # The channel is failing: what else it has due waits as long, rather than each
         # row being tried (and failing) in turn, once a pass.
@@ -446,12 +340,12 @@ def _send_channel(
         try:
             send(claimed.notification, at=now)
         except SendFailed as error:
-            _failed(claimed, str(error), start + timedelta(seconds=time.monotonic() - started))
+            _failed(claimed, error, start + timedelta(seconds=time.monotonic() - started))
             told.add(claimed.notification.interaction_id)
             break
         except Exception as error:  # noqa: BLE001 - a bug in a format, say: retried, logged
             log.exception("notification %s could not be sent", claimed.notification.pk)
-            _failed(claimed, f"{type(error).__name__} (see the log)", now)
+            _failed(claimed, SendFailed(f"{type(error).__name__} (see the log)"), now)
             told.add(claimed.notification.interaction_id)
             break
         _sent(claimed, start + timedelta(seconds=time.monotonic() - started))

@@ -42,7 +42,7 @@ def held_receiver():
 def test_sending_becomes_sent_when_the_sender_records_it(
     page, login, server, ops, held_receiver, path
 ):
-    channels.add("ops", "webhook", held_receiver.base_url + "/hooks/pathsecret")
+    channels.add("ops", "webhook", held_receiver.base_url + "/hooks/pathsecret", allow_private=True)
     registered = make_agent(team=ops)
     body = status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?"))
     assert push_http(server, registered, body).status_code == 200

@@ -27,6 +27,15 @@ class Command(BaseCommand):
             help="remind while still open after this long, e.g. 15m (at most 3 reminders)",
         )
         parser.add_argument(
+            "--allow-private",
+            action="store_true",
+            help=(
+                "let a --slack or --webhook URL go to a loopback, private, link-local or other "
+                "non-public address (refused otherwise: Onlooker would post from inside your "
+                "network to services that trust it)"
+            ),
+        )
+        parser.add_argument(
             "--json",
             action="store_true",
             help="print one JSON object: channel, kind, signing_secret",
@@ -41,7 +50,13 @@ class Command(BaseCommand):
             kind, target = Kind.EMAIL, options["email"]
         try:
             interval = parse_interval(options["remind_after"]) if options["remind_after"] else None
-            added = add(options["team"], kind, target, remind_after=interval)
+            added = add(
+                options["team"],
+                kind,
+                target,
+                remind_after=interval,
+                allow_private=options["allow_private"],
+            )
         except ChannelError as error:
             raise CommandError(str(error)) from None
         channel = added.channel
@@ -57,6 +72,8 @@ class Command(BaseCommand):
             )
             return
         self.stdout.write(f"Channel {channel.pk}: {channel}")
+        if channel.allow_private:
+            self.stdout.write("It may post to a private address.")
         if channel.remind_after:
             self.stdout.write(f"Reminds after {options['remind_after']}, at most 3 times.")
         if added.signing_secret:
