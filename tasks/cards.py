@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
-from tasks import prepared
+from tasks import prepared, raw_html
 from tasks.json_safety import cut
 from tasks.models import INTERRUPTED_STATES, NOT_READ, Card, Interaction, Session, Task
 from tasks.prepared import Prepared
@@ -197,18 +198,18 @@ ALLOWED_TAGS = frozenset(
 ALLOWED_ATTRIBUTES = {"a": ["href", "title"], "progress": ["value", "max"]}
 ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
 LINK_REL = "noopener noreferrer nofollow"
-_NUMBER = re.compile(r"^\s*[0-9]+(?:\.[0-9]+)?\s*$")
-# Elements whose content is code or raw text: stripping only their tags would leave the code
-# on the card as visible junk, so they go with everything inside them. An unclosed raw-text
-# element runs to the end, as in a browser; foreign content (svg, math, …) only when closed,
-# so prose that merely names such a tag keeps the rest of the card.
-_RAW_TEXT = re.compile(
-    r"<(script|style|textarea|title|noscript|noembed|noframes|iframe|xmp)\b[^>]*>.*?(?:</\1\s*>|\Z)"
-    r"|<(template|svg|math|object|select)\b[^>]*>.*?</\2\s*>",
-    re.IGNORECASE | re.DOTALL,
-)
+_NUMBER = re.compile(r"^\s*-?[0-9]+(?:\.[0-9]+)?\s*$")
 
+
+def _raw_html(self, tokens, idx, _options, _env) -> str:
+    return raw_html.drop_tags(tokens[idx].content)
+
+
+# Raw HTML is still read as HTML (so a `<script>` goes with its code rather than showing as
+# text), but each tag of it but <progress> is dropped before the allowlist sees it.
 _markdown = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+_markdown.add_render_rule("html_block", _raw_html)
+_markdown.add_render_rule("html_inline", _raw_html)
 
 
 class _CardHtmlFilter(html5lib_shim.Filter):
@@ -262,16 +263,30 @@ _BLOCKS = frozenset(
 
 
 def _progress_attributes(attrs: dict) -> dict:
+    """value and max written out as the bar should show: a value past either end is clamped
+    to it (9 of 7 is a full bar, not an unknown one); without max the scale is HTML's, 0 to 1.
+    A value or max that is not a plain number (NaN, 1e9, 0x3, a max of 0 or less) says
+    nothing certain about how far the work is: neither is kept, and the bar says "in
+    progress" rather than guess."""
     value, maximum = attrs.get((None, "value")), attrs.get((None, "max"))
-    kept = {}
-    max_number = float(maximum) if maximum is not None and _NUMBER.match(maximum) else None
-    if max_number is not None and max_number > 0:
-        kept[(None, "max")] = maximum.strip()
-    if value is not None and _NUMBER.match(value):
-        limit = max_number if (None, "max") in kept else 1.0  # HTML's default max is 1
-        if float(value) <= limit:
-            kept[(None, "value")] = value.strip()
+    limit, limit_text = 1.0, "1"
+    if maximum is not None:
+        limit = _number(maximum)
+        if limit is None or not math.isfinite(limit) or limit <= 0:
+            return {}
+        limit_text = maximum.strip()
+    kept = {(None, "max"): limit_text} if maximum is not None else {}
+    number = _number(value)
+    if number is not None:
+        kept[(None, "value")] = (
+            limit_text if number > limit else "0" if number < 0 else value.strip()
+        )
     return kept
+
+
+def _number(text: str | None) -> float | None:
+    """A plain decimal (too many digits for a double: ±infinity); None for anything else."""
+    return float(text) if text is not None and _NUMBER.match(text) else None
 
 
 def _progress_label(context: str, attrs: dict) -> str:
@@ -298,7 +313,7 @@ _cleaner = bleach.Cleaner(
 def render(markdown: str) -> str:
     """Markdown → sanitized HTML. Cached by content: identical markdown renders once."""
     html = _markdown.render(markdown)
-    html = _RAW_TEXT.sub("", html)
+    html = raw_html.drop_code_elements(html)
     return _cleaner.clean(html).strip()
 
 

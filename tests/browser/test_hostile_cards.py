@@ -185,3 +185,40 @@ def test_hostile_card_markdown_executes_nothing_in_a_real_browser(server, page, 
             ).to_have_attribute("data-revision", str(new_revision))
             watch.assert_nothing_ran(f"live swap to revision {new_revision}")
         assert Card.objects.get(session=everything).revision == len(batches)
+
+
+# Markup an agent wrote as HTML (issue 29): none of it is markup on the page, its words are,
+# and a bar past its max is full.
+RAW_HTML_NOTE = (
+    'Deploy <progress value="9" max="7"></progress>\n\n'
+    'Read <a href="https://example.com/phish" title="t">the log</a> <strong>now</strong>\n\n'
+    "<table><tr><td>cell</td></tr></table>\n\n"
+    "<h1>Heading</h1>"
+)
+
+
+def test_raw_html_in_a_card_is_no_markup_in_the_browser_and_a_bar_past_its_max_is_full(
+    server, page, login, alice, ops
+):
+    registered, token = api_agent(ops)
+    response = httpx.post(
+        f"{server.url}/api/progress-card",
+        content=json.dumps({"sessionKey": "raw", "markdown": RAW_HTML_NOTE}),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    session = Session.objects.get(agent=registered.agent)
+
+    login(alice)
+    watch = Watch(page, server)
+    page.goto(f"{server.url}/sessions/{session.pk}/")
+    expect(page.locator("[data-live-status]")).to_have_text("live")
+    note = page.locator(f'[data-live-card]:visible article[data-session="{session.pk}"] .note')
+    elements = note.evaluate("n => [...n.querySelectorAll('*')].map(e => e.localName)")
+    assert elements == ["p", "progress", "p"]
+    # position is -1 for a bar that does not say how far (no value), else value / max.
+    assert note.locator("progress").evaluate("bar => bar.position") == 1
+    for words in ("Deploy", "Read the log now", "cell", "Heading"):
+        expect(note).to_contain_text(words)
+    watch.assert_nothing_ran("a card of raw HTML")
