@@ -36,11 +36,13 @@ attempt per interval, not one per row or per new event. After Notification.GIVE_
 from when it was due, a row that still fails is given up (`failed`). Rows of a disabled
 channel stay pending until it is enabled.
 
-Channels are sent to concurrently, one worker per channel at a time, with short timeouts:
-a slow or failing channel never delays another, and nothing here runs on a request (ingest
-and answers only insert rows). The background thread (`ONLOOKER_NOTIFIER=background`, the
-default, started with the ASGI app) looks every POLL_SECONDS; `manage.py
-send_notifications` runs the same loop standalone (`ONLOOKER_NOTIFIER=external`).
+Channels are sent to concurrently, one worker per channel at a time, with short timeouts,
+and each team's channels hold at most TEAM_WORKERS of the WORKERS at once (shares.py): a
+slow or failing channel never delays another, nor one team's dead receivers another team's
+channels. Nothing here runs on a request (ingest and answers only insert rows). The
+background thread (`ONLOOKER_NOTIFIER=background`, the default, started with the ASGI app)
+looks every POLL_SECONDS; `manage.py send_notifications` runs the same loop standalone
+(`ONLOOKER_NOTIFIER=external`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ import logging
 import random
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -59,7 +62,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks.models import Interaction
-from tasks.notify import seen
+from tasks.notify import seen, shares
 from tasks.notify.models import Notification, NotificationChannel
 from tasks.notify.sending import TOTAL_SECONDS, SendFailed, send
 from tasks.worker import Loop
@@ -74,6 +77,9 @@ State = Notification.State
 # (sending.TIMEOUT).
 LEASE = timedelta(seconds=60)
 WORKERS = 8  # channels sent to at once
+# Of which one team's channels may hold at most this many (shares.py): its receivers that
+# hang hold these, never the others'.
+TEAM_WORKERS = 2
 PER_CHANNEL = 50  # rows a channel's worker sends before it lets other channels have a turn
 # A channel's worker stops taking its rows after this long, so a slow channel that still
 # answers never keeps a worker from the others for long.
@@ -112,15 +118,17 @@ def _due(now: datetime):
     )
 
 
-def due_channels(now: datetime | None = None) -> list[int]:
-    """The enabled channels with something due now, but for those waiting for a retry (see
-    `_backing_off`): a channel that is down costs no worker until its retry is due."""
+def due_channels(now: datetime | None = None) -> list[shares.Due]:
+    """The enabled channels with something due now, with their teams, but for those waiting
+    for a retry (see `_backing_off`): a channel that is down costs no worker until its retry
+    is due."""
     now = now or timezone.now()
     retrying = Notification.objects.filter(
         state=State.PENDING, attempts__gt=0, next_attempt_at__gt=now
     ).values("channel_id")
     due = _due(now).exclude(channel_id__in=retrying)
-    return sorted(set(due.values_list("channel_id", flat=True)))
+    found = set(due.values_list("channel_id", "channel__team_id"))
+    return [shares.Due(channel, team) for channel, team in sorted(found)]
 
 
 def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | None:
@@ -369,15 +377,31 @@ def _in_worker(
 
 def send_due(now: datetime | None = None, *, limit: int = PER_CHANNEL) -> int:
     """Send what is due now on every enabled channel (at most `limit` rows a channel), each
-    channel in a worker of its own, and wait for them all; how many were sent."""
-    channels = due_channels(now)
-    if not channels:
+    channel in a worker of its own, the workers shared between teams (shares.py), and wait
+    for them all; how many were sent."""
+    waiting = due_channels(now)
+    if not waiting:
         return 0
-    if len(channels) == 1:
-        return send_channel(channels[0], now, limit=limit)
-    with ThreadPoolExecutor(min(WORKERS, len(channels)), "onlooker-sender") as pool:
-        futures = [pool.submit(_in_worker, channel, now, limit) for channel in channels]
-        return sum(future.result() for future in futures)
+    if len(waiting) == 1:
+        return send_channel(waiting[0].channel, now, limit=limit)
+    sent = 0
+    running: dict[Future, shares.Due] = {}
+    last_team = None
+    with ThreadPoolExecutor(min(WORKERS, len(waiting) or 1), "onlooker-sender") as pool:
+        while waiting or running:
+            holding = Counter(due.team for due in running.values())
+            free = WORKERS - len(running)
+            for due in shares.pick(
+                waiting, holding, free=free, per_team=TEAM_WORKERS, after=last_team
+            ):
+                waiting.remove(due)
+                running[pool.submit(_in_worker, due.channel, now, limit)] = due
+                last_team = due.team
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                sent += future.result()
+                del running[future]
+    return sent
 
 
 # -- the background thread ------------------------------------------------------------------
@@ -385,17 +409,26 @@ def send_due(now: datetime | None = None, *, limit: int = PER_CHANNEL) -> int:
 
 class Background(Loop):
     """The process's sender: looks for due rows every `poll_seconds` (or when woken) and
-    gives each channel with some to a worker, unless one is already sending that channel's.
-    It never waits for a channel: a slow one holds its worker, not the loop. stop() lets the
-    sends in flight be recorded; what is not sent yet stays pending for the next sender."""
+    gives each channel with some to a free worker, unless one is already sending that
+    channel's, the workers shared between teams (shares.py). It never waits for a channel:
+    a slow one holds its worker, not the loop; a worker coming free wakes it. stop() lets
+    the sends in flight be recorded; what is not sent yet stays pending for the next
+    sender."""
 
     name = "onlooker-sender"
     stop_timeout = TOTAL_SECONDS + 2
 
-    def __init__(self, poll_seconds: float = POLL_SECONDS, workers: int = WORKERS) -> None:
+    def __init__(
+        self,
+        poll_seconds: float = POLL_SECONDS,
+        workers: int = WORKERS,
+        per_team: int = TEAM_WORKERS,
+    ) -> None:
         super().__init__(poll_seconds)
         self.workers = workers
-        self._busy: dict[int, Future] = {}
+        self.per_team = per_team
+        self._busy: dict[int, tuple[Future, int]] = {}  # channel → (its worker, its team)
+        self._last_team: int | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def begin(self) -> None:
@@ -405,14 +438,24 @@ class Background(Loop):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def step(self) -> None:
-        self._busy = {c: f for c, f in self._busy.items() if not f.done()}
-        for channel_id in due_channels():
-            if channel_id not in self._busy:
-                future = self._pool.submit(_in_worker, channel_id, None, PER_CHANNEL, self.stopped)
-                # A row queued while the worker was finishing (after its last look, before
-                # it was done) is taken at once, not at the next poll.
-                future.add_done_callback(lambda _: self.wake())
-                self._busy[channel_id] = future
+        self._busy = {c: busy for c, busy in self._busy.items() if not busy[0].done()}
+        waiting = [due for due in due_channels() if due.channel not in self._busy]
+        holding = Counter(team for _, team in self._busy.values())
+        chosen = shares.pick(
+            waiting,
+            holding,
+            free=self.workers - len(self._busy),
+            per_team=self.per_team,
+            after=self._last_team,
+        )
+        for due in chosen:
+            future = self._pool.submit(_in_worker, due.channel, None, PER_CHANNEL, self.stopped)
+            # A row queued while the worker was finishing (after its last look, before it
+            # was done), or a channel that waited for a free worker, is taken at once, not
+            # at the next poll.
+            future.add_done_callback(lambda _: self.wake())
+            self._busy[due.channel] = (future, due.team)
+            self._last_team = due.team
 
 
 background = Background()
