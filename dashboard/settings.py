@@ -103,6 +103,11 @@ SECRET_KEY = _secret_key()
 
 ONLOOKER_PUBLIC_URL = env_url("ONLOOKER_PUBLIC_URL", "http://127.0.0.1:8000")
 ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
+# Every call to an agent (JSON-RPC, card fetch) ends within this many seconds, connecting,
+# sending and reading the whole reply: a person's Approve waits at most this long.
+ONLOOKER_AGENT_CALL_SECONDS = env_int("ONLOOKER_AGENT_CALL_SECONDS", 15)
+# The largest JSON-RPC reply read from an agent, decompressed (a task with its history).
+ONLOOKER_AGENT_REPLY_BYTES = env_int("ONLOOKER_AGENT_REPLY_BYTES", 4 * 1024 * 1024)
 # How long a process keeps a push endpoint and its agent (credentials, team) in memory: a
 # deactivated endpoint or a changed secret takes effect within this many seconds everywhere.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, minimum=0)
