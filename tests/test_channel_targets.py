@@ -184,7 +184,9 @@ def test_a_channel_to_a_public_address_is_made(db, url, capsys):
     assert "private address" not in capsys.readouterr().out
 
 
-def test_a_name_that_does_not_resolve_yet_is_made_and_checked_when_sent(db, monkeypatch):
+def test_a_name_that_does_not_resolve_yet_is_made_and_checked_again_when_sent(
+    clock, ops, monkeypatch
+):
     asked = []
 
     def nothing(host: str, port: int) -> list[str]:
@@ -195,8 +197,14 @@ def test_a_name_that_does_not_resolve_yet_is_made_and_checked_when_sent(db, monk
 
     call_command("add_channel", "--team", "ops", "--slack", "https://hooks.nowhere.test/x")
 
-    assert asked == ["hooks.nowhere.test"]
-    assert NotificationChannel.objects.get().allow_private is False
+    channel = NotificationChannel.objects.get()
+    assert asked == ["hooks.nowhere.test"] and channel.allow_private is False
+    ask(make_agent(team=ops, signing=True))
+    assert sender.send_due() == 0
+    assert asked == ["hooks.nowhere.test"] * 2
+    channel.refresh_from_db()
+    assert channel.last_error == "could not connect"
+    assert channel.last_error_detail.startswith("could not connect: could not resolve hooks.")
 
 
 def test_allow_private_lets_the_command_make_a_channel_to_loopback(db, capsys):

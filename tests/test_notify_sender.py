@@ -31,7 +31,7 @@ from standardwebhooks import Webhook
 
 from tasks import profile
 from tasks.models import Interaction
-from tasks.notify import sender, sending
+from tasks.notify import claims, sender, sending
 from tasks.notify.channels import add
 from tasks.notify.models import Notification, NotificationChannel
 from tests.builders import approval, status
@@ -680,15 +680,15 @@ def test_what_a_crashed_sender_held_is_sent_by_the_next_once_its_lease_ends(cloc
     ask(bot)
     # A sender took it and died before sending: its lease is in the database.
     now = datetime.now(UTC)
-    claimed = sender._claim_next(NotificationChannel.objects.get().pk, now, set())
-    assert claimed is not None and row().claimed_until == now + sender.LEASE
+    claimed = claims.claim_next(NotificationChannel.objects.get().pk, now, set())
+    assert claimed is not None and row().claimed_until == now + claims.LEASE
 
     worker = sender.Background(poll_seconds=0.05)
     worker.start()
     try:
         time.sleep(0.3)
         assert posts(receiver) == []  # still leased
-        clock.shift(sender.LEASE + timedelta(seconds=1))
+        clock.shift(claims.LEASE + timedelta(seconds=1))
         deadline = time.monotonic() + 5
         while row().state != "sent":
             assert time.monotonic() < deadline, "the next sender did not send it"

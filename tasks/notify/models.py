@@ -2,9 +2,9 @@
 
 Writers: `tasks/notify/channels.py` creates channels (the `add_channel` command, the admin);
 `outbox.py` alone inserts notifications (in the transaction of the change they report);
-`sender.py` alone moves them from pending to sent, skipped or failed, and records each
-channel's last success and error (the short text the team sees, and apart from it the
-receiver's own words, for the admin).
+the sender (`sender.py` with `claims.py`) alone moves them from pending to sent, skipped
+or failed, and records each channel's last success and error (the short text the team
+sees, and apart from it the receiver's own words, for the admin).
 """
 
 from __future__ import annotations

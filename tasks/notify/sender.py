@@ -2,34 +2,25 @@
 to its channel, and records what happened (on the row, and the channel's last success or
 error).
 
-A row is claimed before it is sent: in a short transaction, a due pending row that no other
-sender holds (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's one writer at a time
-elsewhere) is leased to this sender (`claimed_until`, LEASE from now) and the lease
-committed; the HTTP call or the SMTP conversation happens after, outside any transaction,
-and its outcome is recorded by a conditional UPDATE of the row as claimed (still pending,
-same lease). So a row another sender holds is never sent twice, a row whose send got a 2xx
-is marked sent and never sent again, and a sender that dies mid-send leaves a lease that
-expires: the row is sent by the next sender that finds it due.
+A row is claimed before it is sent (claims.py: a due pending row that no other sender holds
+is leased to this sender, `claimed_until`, and the lease committed); the HTTP call or the
+SMTP conversation happens after, outside any transaction, and its outcome is recorded by a
+conditional UPDATE of the row as claimed (still pending, same lease). So a row another
+sender holds is never sent twice, a row whose send got a 2xx is marked sent and never sent
+again, and a sender that dies mid-send leaves a lease that expires: the row is sent by the
+next sender that finds it due.
 
 Exactly once, with one window: a crash (or a lost database) between the receiver's 2xx and
 recording it sends that event again when the lease expires. Each event's `webhook-id` (and
 an email's Message-ID) is the same on every attempt, `Notification.event_id`, so a receiver
 that keeps the ids it saw drops the repeat; Slack shows it twice.
 
-Per channel and per interaction round, in order:
-- an opening still pending when its resolution is already queued is skipped (nobody needs
-  "needs approval" for what is answered), and so is that resolution;
-- a resolution waits until its opening was sent, and is skipped if the opening was skipped
-  or given up on;
-- a reminder is sent only while the interaction is still open in that round and after its
-  opening was sent, and only the latest one due (a sender that was down for hours sends one
-  reminder, not three at once); a reminder that fell due before its opening went out is
-  skipped (the opening said how long it has waited).
-
-Sending itself is sending.py; where a channel may send, targets.py. Failures (non-2xx, a
-redirect, a timeout, a refused connection, a target that is not a public address, an SMTP
-error) are recorded in two texts: a short one the team sees, and one with the receiver's
-own words for the admin and the log (sending.SendFailed). They are retried with
+Which rows are due, and the order each channel's go out in (an opening answered before it
+went out is skipped, and so on), is claims.py too. Sending itself is sending.py; where a
+channel may send, targets.py. Failures (non-2xx, a redirect, a timeout, a refused
+connection, a target that is not a public address, an SMTP error) are recorded in two
+texts: a short one the team sees, and one with the receiver's own words for the admin and
+the log (sending.SendFailed). They are retried with
 exponential backoff (5 s, doubling, at most an hour, with jitter), and the channel's other
 rows, and those queued for it meanwhile, wait as long: a channel that is down gets one
 attempt per interval, not one per row or per new event. After Notification.GIVE_UP_AFTER
@@ -53,16 +44,15 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, connections, transaction
-from django.db.models import F, Q
+from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from tasks.models import Interaction
 from tasks.notify import seen, shares
+from tasks.notify.claims import Claimed, claim_next, due_channels, unclaimed
 from tasks.notify.models import Notification, NotificationChannel
 from tasks.notify.sending import TOTAL_SECONDS, SendFailed, send
 from tasks.worker import Loop
@@ -73,9 +63,6 @@ log = logging.getLogger(__name__)
 Kind = Notification.Kind
 State = Notification.State
 
-# A claimed row is this sender's until then: far longer than one send can take
-# (sending.TIMEOUT).
-LEASE = timedelta(seconds=60)
 WORKERS = 8  # channels sent to at once
 # Of which one team's channels may hold at most this many (shares.py): its receivers that
 # hang hold these, never the others'.
@@ -97,148 +84,6 @@ def backoff(attempts: int, *, jitter: float | None = None) -> timedelta:
     base = min(FIRST_BACKOFF * 2 ** max(attempts - 1, 0), MAX_BACKOFF)
     fraction = random.random() if jitter is None else jitter
     return base * (1 - 0.2 * fraction)
-
-
-@dataclass
-class Claimed:
-    notification: Notification
-    until: datetime
-
-
-# -- what is due ----------------------------------------------------------------------------
-
-
-def _unclaimed(now: datetime) -> Q:
-    return Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
-
-
-def _due(now: datetime):
-    return Notification.objects.filter(
-        _unclaimed(now), state=State.PENDING, next_attempt_at__lte=now, channel__enabled=True
-    )
-
-
-def due_channels(now: datetime | None = None) -> list[shares.Due]:
-    """The enabled channels with something due now, with their teams, but for those waiting
-    for a retry (see `_backing_off`): a channel that is down costs no worker until its retry
-    is due."""
-    now = now or timezone.now()
-    retrying = Notification.objects.filter(
-        state=State.PENDING, attempts__gt=0, next_attempt_at__gt=now
-    ).values("channel_id")
-    due = _due(now).exclude(channel_id__in=retrying)
-    found = set(due.values_list("channel_id", "channel__team_id"))
-    return [shares.Due(channel, team) for channel, team in sorted(found)]
-
-
-def _claim_next(channel_id: int, now: datetime, passed: set[int]) -> Claimed | None:
-    """The next row of the channel to send, leased to this sender; rows that are not worth
-    sending any more are marked skipped on the way. One row per transaction, and a row
-    locked by another sender is passed over, never waited for: two senders never wait on
-    each other's locks, so never deadlock."""
-    postgresql = connection.vendor == "postgresql"
-    while True:
-        with writing(), transaction.atomic():
-            if _backing_off(channel_id, now):
-                return None
-            due = _due(now).filter(channel_id=channel_id).exclude(pk__in=passed)
-            due = due.order_by("due_at", "pk")
-            if postgresql:
-                due = due.select_for_update(skip_locked=True, of=("self",))
-            row = due.select_related("channel").first()
-            if row is None:
-                return None
-            verdict = _verdict(row, now)
-            if verdict == "skip":
-                if not _skip(row, now):
-                    passed.add(row.pk)  # another sender took it meanwhile
-                continue
-            if verdict == "wait":
-                passed.add(row.pk)
-                continue
-            until = now + LEASE
-            # Conditional on the lease as read: of two senders that read it, one wins.
-            claimed = Notification.objects.filter(
-                pk=row.pk, state=State.PENDING, claimed_until=row.claimed_until
-            ).update(claimed_until=until)
-            if not claimed:
-                passed.add(row.pk)
-                continue
-            row.claimed_until = until
-            return Claimed(row, until)
-
-
-def _backing_off(channel_id: int, now: datetime) -> bool:
-    """Whether the channel waits for the retry of a row that failed: then what was queued
-    for it since waits as long (its rows go in order), rather than each new event trying a
-    channel that is down as soon as it is queued."""
-    retry_at = (
-        Notification.objects.filter(
-            channel_id=channel_id, state=State.PENDING, attempts__gt=0, next_attempt_at__gt=now
-        )
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
-    )
-    if retry_at is None:
-        return False
-    Notification.objects.filter(
-        _unclaimed(now), channel_id=channel_id, state=State.PENDING, next_attempt_at__lt=retry_at
-    ).update(next_attempt_at=retry_at)
-    return True
-
-
-def _skip(row: Notification, now: datetime) -> bool:
-    return bool(
-        Notification.objects.filter(_unclaimed(now), pk=row.pk, state=State.PENDING).update(
-            state=State.SKIPPED, claimed_until=None
-        )
-    )
-
-
-def _event(row: Notification, kind: str):
-    return Notification.objects.filter(
-        channel_id=row.channel_id, interaction_id=row.interaction_id, round=row.round, kind=kind
-    )
-
-
-def _verdict(row: Notification, now: datetime) -> str:
-    """send, skip or wait (see the module's docstring)."""
-    if row.kind == Kind.OPENED:
-        return "skip" if _event(row, Kind.RESOLVED).exists() else "send"
-    opening = _event(row, Kind.OPENED).first()
-    if opening is None:
-        return "skip"
-    if row.kind == Kind.RESOLVED:
-        if opening.state == State.SENT:
-            return "send"
-        if opening.state != State.PENDING:
-            return "skip"
-        # Its opening never went out: skip both, unless another sender is sending it now
-        # (then this waits, to follow it). The opening's lock is only tried, never waited
-        # for.
-        if opening.claimed_until is not None and opening.claimed_until > now:
-            return "wait"
-        if connection.vendor == "postgresql":
-            held = (
-                Notification.objects.filter(pk=opening.pk)
-                .select_for_update(skip_locked=True)
-                .first()
-            )
-            if held is None:
-                return "wait"
-        return "skip" if _skip(opening, now) else "wait"
-    # A reminder.
-    interaction = Interaction.objects.filter(pk=row.interaction_id).values("state", "round")
-    interaction = interaction.first()
-    if interaction is None or interaction != {"state": Interaction.State.OPEN, "round": row.round}:
-        return "skip"
-    if opening.state != State.SENT or (opening.sent_at and opening.sent_at >= row.due_at):
-        return "skip"
-    later = _event(row, Kind.REMINDER).filter(
-        state=State.PENDING, reminder__gt=row.reminder, due_at__lte=now
-    )
-    return "skip" if later.exists() else "send"
 
 
 # -- recording ------------------------------------------------------------------------------
@@ -294,7 +139,7 @@ def _failed(claimed: Claimed, error: SendFailed, at: datetime) -> None:
         # The channel is failing: what else it has due waits as long, rather than each
         # row being tried (and failing) in turn, once a pass.
         Notification.objects.filter(
-            _unclaimed(at),
+            unclaimed(at),
             channel_id=row.channel_id,
             state=State.PENDING,
             next_attempt_at__lt=retry_at,
@@ -342,7 +187,7 @@ def _send_channel(
             break
         # `now` moves on with the real clock: what fell due while sending is taken too.
         now = start + timedelta(seconds=time.monotonic() - started)
-        claimed = _claim_next(channel_id, now, passed)
+        claimed = claim_next(channel_id, now, passed)
         if claimed is None:
             break
         try:
