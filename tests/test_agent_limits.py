@@ -6,18 +6,21 @@ Through the real views where a person acts (Approve on the session page, Refresh
 page), against a hostile loopback agent (tests/peers/hostile_agent.py) whose every reply
 would be a valid answer if read in full. Past a limit the person reads why, memory stays
 flat, nothing of the reply is applied, and the one-decision rule holds: the agent had the
-request, so the answer stays bound, and a retry of it works once the agent behaves.
+request, so the answer stays bound, and a retry of it works once the agent behaves; only
+when the deadline passes before a connection exists is nothing sent, and the question open.
 The deadline is made one second here, so no test waits fifteen.
 """
 
 from __future__ import annotations
 
 import html
+import socket
 import time
 import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 from django.test import Client
@@ -127,8 +130,8 @@ def test_an_approve_against_an_agent_declaring_60_mb_is_refused_before_reading_a
     with traced() as memory:
         code, data = answer(alice, interaction, decision="approve")
 
-    # Not one body read held: what the request itself allocates, well under one MiB.
-    assert memory.peak < MB, f"{memory.peak / MB:.1f} MiB held for a declared 60 MB reply"
+    # Not one body read held: what the request itself allocates, under half the limit.
+    assert memory.peak < 2 * MB, f"{memory.peak / MB:.1f} MiB held for a declared 60 MB reply"
     words = f"the agent's reply was larger than {LIMIT}"
     assert code == 502 and data["detail"].startswith(f"Not confirmed: {words}."), data
     bound_and_not_applied(alice, interaction, words)
@@ -173,6 +176,38 @@ def test_an_approve_against_a_trickling_agent_fails_at_the_deadline_and_a_retry_
     bound_and_not_applied(alice, interaction, words)
     hostile.answers("POST")
     retry_works(alice, interaction, hostile)
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A loopback port whose listener never accepts and whose queue is full: a connection
+    to it is never made, the way a host that drops packets behaves."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    fillers = [socket.socket() for _ in range(3)]
+    for filler in fillers:
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+    yield listener.getsockname()[1]
+    for opened in (*fillers, listener):
+        opened.close()
+
+
+def test_an_approve_whose_deadline_passes_while_connecting_was_not_sent_and_stays_open(
+    alice, ops, unanswered_port
+):
+    nowhere = SimpleNamespace(rpc_url=f"http://127.0.0.1:{unanswered_port}/a2a/jsonrpc")
+    interaction = waiting_interaction(nowhere, ops)
+
+    started = time.monotonic()
+    code, data = answer(alice, interaction, decision="approve")
+    took = time.monotonic() - started
+
+    # The deadline, not the 5 s connect timeout; nothing reached the agent, so any decision.
+    assert DEADLINE <= took < DEADLINE + 2, f"the Approve took {took:.1f} s"
+    assert code == 502 and data["detail"].startswith("Not sent: could not connect"), data
+    assert f"within {DEADLINE} s; you can answer again." in data["detail"]
+    interaction.refresh_from_db()
+    assert interaction.state == Interaction.State.OPEN
 
 
 # -- the card -------------------------------------------------------------------------------
