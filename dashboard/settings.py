@@ -141,6 +141,10 @@ if ONLOOKER_ARCHIVE_AFTER_DAYS > 36_500:  # further back than a date can go, soo
         f"not {ONLOOKER_ARCHIVE_AFTER_DAYS}"
     )
 
+# Live sockets one person may hold open in one server process (tabs, wall screens): past
+# it a page is told so (close code 4429) rather than costing the server a descriptor more.
+ONLOOKER_LIVE_SOCKETS_PER_PERSON = env_int("ONLOOKER_LIVE_SOCKETS_PER_PERSON", 200)
+
 # Behind a reverse proxy (docs/deployment): believe its X-Forwarded-Proto (is the request
 # secure?) and the address it appends last to X-Forwarded-For (who is the client?). Off, both
 # headers are whatever the client wrote, so neither is believed.
@@ -262,6 +266,14 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
+def redis_host(url: str) -> dict:
+    """A channels_redis host. Its receive waits up to 5 s for a message on Redis (a
+    blocking pop), and redis-py gives up reading after 5 s by default: on a quiet server the
+    two met every few seconds, and a hint popped as the client gave up was lost. Reads wait
+    longer than the pop; a Redis that stops answering is still noticed within 10 s."""
+    return {"address": url, "socket_timeout": 10, "socket_connect_timeout": 3}
+
+
 def _channel_layers() -> dict:
     if not REDIS_URL:
         return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -275,7 +287,7 @@ def _channel_layers() -> dict:
             # minutes, rather than getting a copy of every hint for a day (the default).
             # Memberships are stamped with the joining server's clock and expired by the
             # sending server's: the servers' clocks must agree within a minute and a half.
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "onlooker", "group_expiry": 120},
+            "CONFIG": {"hosts": [redis_host(REDIS_URL)], "prefix": "onlooker", "group_expiry": 120},
         }
     }
 

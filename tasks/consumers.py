@@ -11,10 +11,41 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from tasks import access, broadcast, fanout
 
 CLOSE_UNAUTHENTICATED = access.CLOSE_LOGGED_OUT
+# One person has this process's settings.ONLOOKER_LIVE_SOCKETS_PER_PERSON open already: a
+# page told so retries slowly (static/js/live.js), as HTTP's 429 asks.
+CLOSE_TOO_MANY = 4429
+
+
+class _PerPerson:
+    """How many live sockets this process holds for each person. A socket takes its place
+    before its handshake does any work, so a burst of handshakes cannot pass the cap
+    together, and gives it back however it ends."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, int] = {}
+
+    def take(self, user_id: int) -> bool:
+        held = self.open.get(user_id, 0)
+        if held >= settings.ONLOOKER_LIVE_SOCKETS_PER_PERSON:
+            return False
+        self.open[user_id] = held + 1
+        return True
+
+    def give_back(self, user_id: int) -> None:
+        held = self.open.get(user_id, 0) - 1
+        if held > 0:
+            self.open[user_id] = held
+        else:
+            self.open.pop(user_id, None)
+
+
+# One event loop serves every socket of a server process: no lock needed.
+per_person = _PerPerson()
 
 
 def groups_for(user, session_id: int | None) -> list[str]:
@@ -35,10 +66,24 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.joined: list[str] = []
         self.watched: access.Watched | None = None
         self.revoked = False
+        self.holder: int | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        if not per_person.take(user.pk):
+            # Accepted to be closed with a code the page reads: a refused handshake has none.
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.holder = user.pk
+        try:
+            await self._join(user)
+        except BaseException:
+            self._give_back()
+            raise
+
+    async def _join(self, user) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode())
         session = query.get("session", [""])[0]
         # A page's session id, or none: not a number or past any id (a 64-bit column).
@@ -56,6 +101,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         )
         access.sweep().watch(self.watched)
         await self.accept()
+        if fanout.listener().lost:  # until the layer is back this page hears nothing
+            await self.send(text_data=fanout.LOST["text"])
+
+    def _give_back(self) -> None:
+        if self.holder is not None:
+            per_person.give_back(self.holder)
+            self.holder = None
 
     async def revoke(self, code: int) -> None:
         """Access ended: not one more message, then close (the page knows what to do from
@@ -65,6 +117,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
+        self._give_back()
         await self._leave()
 
     async def _leave(self) -> None:

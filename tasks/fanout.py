@@ -33,6 +33,15 @@ REJOIN_EVERY = 30.0  # seconds
 Deliver = Callable[[dict], Awaitable[None]]
 
 
+# What a listener tells its sockets when it loses the channel layer and when it has it
+# again: hints sent meanwhile never reached it, so its pages refetch (static/js/live.js).
+LOST = {"text": '{"type":"lost"}'}
+RESYNC = {"text": '{"type":"resync"}'}
+# Seconds between attempts to join the layer again after losing it: the first at once-ish,
+# then doubling, so a page is live again within about a second of the layer's return.
+RETRY_FIRST, RETRY_MOST = 0.25, 2.0
+
+
 class Listener:
     def __init__(self) -> None:
         self.layer = get_channel_layer()
@@ -40,13 +49,19 @@ class Listener:
         self.members: dict[str, set[Deliver]] = {}
         self.tasks: list[asyncio.Task] = []  # held: the loop keeps only weak references
         self.ready = asyncio.Lock()
+        # Not in the layer's group (yet, or any more): hints sent now do not reach it.
+        self.lost = False
 
     async def join(self, deliver: Deliver, groups: Iterable[str]) -> None:
         async with self.ready:
             if self.channel is None:
-                channel = await self.layer.new_channel("live.")
-                await self.layer.group_add(broadcast.LISTENERS, channel)
-                self.channel = channel
+                self.channel = await self.layer.new_channel("live.")
+                try:
+                    await self.layer.group_add(broadcast.LISTENERS, self.channel)
+                except Exception as error:  # noqa: BLE001 - the layer is down: join when it is back
+                    _stop_if_cancelled()
+                    log.warning("live listener: cannot join the channel layer: %s", error)
+                    self.lost = True
                 loop = asyncio.get_running_loop()
                 self.tasks = [loop.create_task(self._listen()), loop.create_task(self._rejoin())]
         for group in groups:
@@ -63,34 +78,64 @@ class Listener:
 
     async def _listen(self) -> None:
         while True:
+            if self.lost:
+                await self._join_again()
             try:
                 message = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # noqa: BLE001 - a layer hiccup must not end the loop
+            except Exception as error:  # noqa: BLE001 - a layer that went away must not end the loop
                 _stop_if_cancelled()
-                log.warning("live listener: receive failed: %s", error)
-                await asyncio.sleep(1.0)
+                log.warning("live listener: lost the channel layer: %s", error)
+                self.lost = True
+                await self._tell_every_socket(LOST)
                 continue
             # A socket in both of a hint's groups (a session page: its team and its session)
             # is handed it once.
             sockets: set[Deliver] = set()
             for group in message.get("groups", ()):
                 sockets.update(self.members.get(group, ()))
-            for deliver in sockets:
-                try:
-                    await deliver(message)
-                except Exception:  # noqa: BLE001 - one broken socket must not starve the rest
-                    log.exception("live listener: delivering to a socket failed")
+            await _hand(message, sockets)
+
+    async def _join_again(self) -> None:
+        """Until the layer has this listener in its group again (a restarted Redis forgot
+        every membership), then every socket refetches what it missed meanwhile."""
+        wait = RETRY_FIRST
+        while True:
+            try:
+                await self.layer.group_add(broadcast.LISTENERS, self.channel)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - still away: try again shortly
+                _stop_if_cancelled()
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, RETRY_MOST)
+        self.lost = False
+        log.warning("live listener: joined the channel layer again; its pages refetch")
+        await self._tell_every_socket(RESYNC)
+
+    async def _tell_every_socket(self, message: dict) -> None:
+        await _hand(message, set().union(*self.members.values()))
 
     async def _rejoin(self) -> None:
         while True:
             await asyncio.sleep(REJOIN_EVERY)
+            if self.lost:  # _listen is at it
+                continue
             try:
                 await self.layer.group_add(broadcast.LISTENERS, self.channel)
             except Exception as error:  # noqa: BLE001 - tried again at the next turn
                 _stop_if_cancelled()
                 log.warning("live listener: joining again failed: %s", error)
+
+
+async def _hand(message: dict, sockets: set[Deliver]) -> None:
+    for deliver in sockets:
+        try:
+            await deliver(message)
+        except Exception:  # noqa: BLE001 - one broken socket must not starve the rest
+            log.exception("live listener: delivering to a socket failed")
 
 
 def _stop_if_cancelled() -> None:

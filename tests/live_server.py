@@ -84,10 +84,12 @@ class LiveServer:
         redis_url: str | None | _FromSettings = FROM_SETTINGS,
         log_path: Path | None = None,
         database_url: str | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
         # Another way to the test database (a proxy in front of it), or none: this one.
         self.database_url = database_url
+        self.extra_environment = environment or {}  # settings of its own (ONLOOKER_…)
         if isinstance(redis_url, _FromSettings):
             redis_url = getattr(settings, "REDIS_URL", "") or None
         self.redis_url: str | None = redis_url
@@ -111,7 +113,7 @@ class LiveServer:
         )
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
-        return env
+        return env | self.extra_environment
 
     def start(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -37,4 +37,4 @@ if REDIS_URL and _worker.startswith("gw"):  # noqa: F405
     _url = urlsplit(REDIS_URL)  # noqa: F405
     _db = int(_url.path.strip("/") or 0) + 1 + int(_worker[2:])
     REDIS_URL = urlunsplit(_url._replace(path=f"/{_db}"))
-    CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [REDIS_URL]  # noqa: F405
+    CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [redis_host(REDIS_URL)]  # noqa: F405

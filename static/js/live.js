@@ -26,6 +26,7 @@ const RETRY_MAX_MS = 30_000;
 const PING_EVERY_MS = 25_000; // a wall screen must notice a half-open socket on its own
 const PONG_WITHIN_MS = 10_000;
 const ACCESS_CHANGED_CALM_MS = 5_000;
+const TOO_MANY_ATTEMPT = 6; // a backoff at its longest (RETRY_MAX_MS)
 const SIDEBAR_LIMIT = 100;
 
 const status = document.querySelector("[data-live-status]");
@@ -457,6 +458,7 @@ function setStatus(state) {
     status.dataset.state = state;
   }
   if (state === "live") {
+    sayWhy(false);
     everLive = true;
     clearTimeout(staleTimer);
     clearTimeout(bannerTimer);
@@ -475,6 +477,12 @@ function setStatus(state) {
   };
   if (onWall && everLive) showBanner();
   else bannerTimer = setTimeout(showBanner, BANNER_AFTER_MS);
+}
+
+// The banner says why the page is not live: lost, or refused for too many open pages.
+function sayWhy(tooMany) {
+  banner?.querySelector("[data-live-lost]")?.toggleAttribute("hidden", tooMany);
+  banner?.querySelector("[data-live-too-many]")?.toggleAttribute("hidden", !tooMany);
 }
 
 let socket = null;
@@ -519,6 +527,18 @@ function connect() {
       clearTimeout(pongTimer);
       return;
     }
+    // The server lost its channel layer (tasks/fanout.py): the socket is open but hears
+    // nothing until the server says it is back, and then what was missed is refetched.
+    if (socket !== ws) return;
+    if (message.type === "lost") {
+      setStatus("reconnecting");
+      return;
+    }
+    if (message.type === "resync") {
+      setStatus("live");
+      refetch();
+      return;
+    }
     if (message.session !== undefined && message.notified !== undefined) noticed(String(message.session));
     else if (message.session !== undefined && message.html) apply(message);
   });
@@ -531,6 +551,12 @@ function connect() {
     if (event.code === 4401) {
       location.reload(); // the login expired: let the server send the person to log in
       return;
+    }
+    if (event.code === 4429) {
+      // This person has too many live pages open on this server: say so, try again slowly.
+      attempt = Math.max(attempt, TOO_MANY_ATTEMPT);
+      sayWhy(true);
+      if (banner) banner.hidden = false;
     }
     if (event.code === 4403 && sessionId) {
       location.reload(); // this session may be out of reach now: the server says which
