@@ -34,9 +34,12 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + START_TIMEOUT
-        while subprocess.run(
-            ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
-        ).stdout.strip() != "PONG":
+        while (
+            subprocess.run(
+                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
+            ).stdout.strip()
+            != "PONG"
+        ):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"redis-server on port {self.port} did not start")
             time.sleep(0.05)

@@ -52,7 +52,10 @@ def push(server: LiveServer, registered: RegisteredAgent, n: int) -> httpx.Respo
     return httpx.post(
         server.url + registered.path,
         content=body,
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {registered.bearer}"},
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {registered.bearer}",
+        },
         timeout=30,
     )
 
