@@ -145,6 +145,14 @@ if ONLOOKER_ARCHIVE_AFTER_DAYS > 36_500:  # further back than a date can go, soo
 # it a page is told so (close code 4429) rather than costing the server a descriptor more.
 ONLOOKER_LIVE_SOCKETS_PER_PERSON = env_int("ONLOOKER_LIVE_SOCKETS_PER_PERSON", 200)
 
+# Password reset (with EMAIL_HOST): at most this many mails to one address in any hour (more
+# are not sent, and the page says the same either way), and this many requests from one
+# client address (more are answered 429). Counted in the database, across every process.
+ONLOOKER_RESET_MAILS_PER_ADDRESS_PER_HOUR = env_int("ONLOOKER_RESET_MAILS_PER_ADDRESS_PER_HOUR", 3)
+ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR = env_int(
+    "ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR", 10
+)
+
 # Behind a reverse proxy (docs/deployment): believe its X-Forwarded-Proto (is the request
 # secure?) and the address it appends last to X-Forwarded-For (who is the client?). Off, both
 # headers are whatever the client wrote, so neither is believed.

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, include, path
 
-from tasks.password_reset import BackgroundResetForm
+from tasks.password_reset import LimitedResetView
 
 
 def account_urls() -> list[URLPattern]:
@@ -27,8 +27,9 @@ def account_urls() -> list[URLPattern]:
         urls += [
             path(
                 "password_reset/",
-                # The mail is sent after the answer: every address is answered as fast.
-                auth_views.PasswordResetView.as_view(form_class=BackgroundResetForm),
+                # The mail is sent after the answer: every address is answered as fast;
+                # mails per address and requests per client are capped.
+                LimitedResetView.as_view(),
                 name="password_reset",
             ),
             path(

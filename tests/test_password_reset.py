@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core import mail
 from django.core.mail.backends.base import BaseEmailBackend
@@ -116,7 +117,9 @@ def test_with_email_a_forgotten_password_is_reset_by_email(client, forgetful, ro
     # Mails are sent in order, one at a time: a mail to the stranger would come first.
     [message] = eventually(lambda: list(mail.outbox))
     assert message.to == ["forgetful@example.com"]
-    link = re.search(r"http://testserver(/accounts/reset/\S+/\S+/)", message.body).group(1)
+    # To the address people open (ONLOOKER_PUBLIC_URL), not the request's Host.
+    public = re.escape(settings.ONLOOKER_PUBLIC_URL)
+    link = re.search(public + r"(/accounts/reset/\S+/\S+/)", message.body).group(1)
 
     set_password = client.get(link, follow=True)
     assert set_password.status_code == 200
