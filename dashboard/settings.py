@@ -153,6 +153,10 @@ ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR = env_int(
     "ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR", 10
 )
 
+# Refused pushes are counted per agent and reason (tasks/refusals.py): a lone refusal at
+# once, a flood of them once per this many seconds per process, never a write apiece.
+ONLOOKER_REFUSAL_WRITE_SECONDS = env_int("ONLOOKER_REFUSAL_WRITE_SECONDS", 1, minimum=0)
+
 # Behind a reverse proxy (docs/deployment): believe its X-Forwarded-Proto (is the request
 # secure?) and the address it appends last to X-Forwarded-For (who is the client?). Off, both
 # headers are whatever the client wrote, so neither is believed.

@@ -20,16 +20,23 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, transaction
-from django.db.models import F
+from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks import a2a_client, applier, broadcast, connections, ingest, outage, protocol
-from tasks.models import Agent, PushEndpoint, Refusal, matches_digest
+from tasks import (
+    a2a_client,
+    applier,
+    broadcast,
+    connections,
+    ingest,
+    outage,
+    protocol,
+    refusals,
+)
+from tasks.models import Agent, PushEndpoint, matches_digest
 from tasks.numbers import whole_number
 
 log = logging.getLogger(__name__)
@@ -257,18 +264,10 @@ def _check_webhook_id(headers: Mapping[str, str]) -> None:
 
 
 def count_refusal(agent: Agent, reason: str, detail: str) -> None:
-    """Count a refusal on the agent's row. Details quote what the agent sent, and the admin
-    shows them: kept as plain text, markup dropped (so Onlooker's own details write
-    placeholders as {this}, never as <this>)."""
-    log.info("push refused: agent=%s reason=%s", agent.pk, reason)
-    now = timezone.now()
-    with transaction.atomic():
-        refusal, _ = Refusal.objects.get_or_create(
-            agent=agent, reason=reason, defaults={"last_at": now}
-        )
-        Refusal.objects.filter(pk=refusal.pk).update(
-            count=F("count") + 1, last_at=now, last_detail=a2a_client.plain_text(detail, 300)
-        )
+    """Count a refusal on the agent's row (refusals.py: at most one write a second). Details
+    quote what the agent sent, and the admin shows them: kept as plain text, markup dropped
+    (so Onlooker's own details write placeholders as {this}, never as <this>)."""
+    refusals.count(agent.pk, reason, a2a_client.plain_text(detail, 300))
 
 
 def _count_oversize(endpoint_id: str, size: int) -> None:

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from standardwebhooks import Webhook
 
-from tasks import inbox, profile
+from tasks import inbox, profile, refusals
 from tasks.agents import new_endpoint, new_signing_secret
 from tasks.broadcast import coalescer, notices
 from tasks.models import Agent, PushEndpoint, Session
@@ -83,9 +83,11 @@ def quiet_broadcasts():
     # not be delivered into the next test.
     coalescer.clear()
     notices.clear()
+    refusals.counter.clear()
     yield
     coalescer.clear()
     notices.clear()
+    refusals.counter.clear()
 
 
 _inboxes: dict[str, sqlite3.Connection] = {}

@@ -18,6 +18,8 @@ ONLOOKER_APPLIER = "inline"
 ONLOOKER_NOTIFIER = "external"
 # Tests change credentials and push at once; the cache is tested on its own.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = 0
+# Every refusal is counted as it happens; counting a flood together is tested on its own.
+ONLOOKER_REFUSAL_WRITE_SECONDS = 0
 
 # Test on a SQLite file, as the embedded default runs (WAL, IMMEDIATE transactions), so
 # threaded tests exercise the same locking; an in-memory database behaves differently.
