@@ -386,6 +386,18 @@ STATIC_ROOT = DATA_DIR / "static"
 _https = ONLOOKER_PUBLIC_URL.startswith("https://")
 SESSION_COOKIE_SECURE = _https
 CSRF_COOKIE_SECURE = _https
+if ONLOOKER_TRUSTED_PROXY:
+    # The proxy sets it on every request (docs/deployment.md); a client's own is replaced.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if _https:
+    # Browsers go straight to https for a year once they have seen it on a secure request
+    # (SecurityMiddleware sends it only on those).
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    # Only a trusted proxy says whether a request came over https: without one every
+    # request looks plain, and a redirect would loop.
+    SECURE_SSL_REDIRECT = ONLOOKER_TRUSTED_PROXY
+    # A load balancer asks for its health over plain HTTP, and must get the answer.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
