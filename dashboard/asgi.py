@@ -6,6 +6,7 @@ process to run, nothing to collect), other HTTP through Django, and the live soc
 
 import gc
 import os
+import resource
 
 from django.core.asgi import get_asgi_application
 
@@ -35,6 +36,13 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# Every connection (a socket, a slow client, the pool's) costs a descriptor, and a soft limit
+# of 1,024 ran out under a flood of slow bodies, taking the Redis layer's connections with it:
+# take what the system allows (the hard limit; a proxy in front bounds slow clients anyway).
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if _soft != resource.RLIM_INFINITY and _hard != resource.RLIM_INFINITY and _hard > _soft:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
 
 # This process's applier: pushes it receives are applied by it, at once, in batches under load.
 applier.start()
