@@ -39,7 +39,7 @@ LOST = {"text": '{"type":"lost"}'}
 RESYNC = {"text": '{"type":"resync"}'}
 # Seconds between attempts to join the layer again after losing it: the first at once-ish,
 # then doubling, so a page is live again within about a second of the layer's return.
-RETRY_FIRST, RETRY_MOST = 0.25, 2.0
+RETRY_FIRST, RETRY_MOST = 0.25, 1.0
 
 
 class Listener:

@@ -19,7 +19,7 @@ from tests.redis_server import RedisServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STATUS = "[data-live-status]"
-# The listener tries to join again every 0.25-2 s; a page refetches as soon as it has.
+# The listener tries to join again every 0.25-1 s; a page refetches as soon as it has.
 BACK_WITHIN_MS = 5_000
 
 
