@@ -240,8 +240,28 @@ def test_the_admin_refuses_a_private_address_unless_the_box_is_ticked(admin_clie
     assert channel.allow_private is True and channel.target == url
     change = admin_client.get(f"/admin/tasks/notificationchannel/{channel.pk}/change/")
     page = change.content.decode()
-    # Shown, and not to be changed: like where it goes, it is decided when it is made.
-    assert "Allow a private address" in page and 'name="allow_private"' not in page
+    assert "Allow a private address" in page and 'name="allow_private"' in page
+
+
+def test_the_admin_can_let_a_channel_made_before_the_check_post_to_its_private_receiver(
+    admin_client, clock, ops
+):
+    with Listener("127.0.0.1") as listener:
+        channel = NotificationChannel.objects.create(  # made by an earlier version
+            team=ops, kind="slack", target=f"http://127.0.0.1:{listener.port}/services/T/B/x"
+        )
+        changed = admin_client.post(
+            f"/admin/tasks/notificationchannel/{channel.pk}/change/",
+            {"enabled": "on", "allow_private": "on", "remind_after": ""},
+        )
+        assert changed.status_code == 302, changed.content.decode()[:2000]
+        ask(make_agent(team=ops, signing=True))
+
+        assert sender.send_due() == 1
+
+        assert len(listener.requests) == 1
+    channel.refresh_from_db()
+    assert channel.allow_private is True and channel.last_error == ""
 
 
 # -- when a channel is sent to ---------------------------------------------------------------

@@ -43,8 +43,10 @@ class AddChannelForm(forms.Form):
 
 
 class ChannelChangeForm(forms.ModelForm):
-    """Only whether it is on and how often it reminds: where it goes and its secret are
-    made once (remove the channel and add another to change them)."""
+    """Whether it is on, whether it may post to a private address (a channel made before
+    addresses were checked, to an internal receiver, keeps working once ticked) and how often
+    it reminds: where it goes and its secret are made once (remove the channel and add
+    another to change them)."""
 
     remind_after = forms.CharField(
         required=False,
@@ -56,7 +58,9 @@ class ChannelChangeForm(forms.ModelForm):
 
     class Meta:
         model = NotificationChannel
-        fields = ("enabled", "remind_after")
+        fields = ("enabled", "allow_private", "remind_after")
+        labels = {"allow_private": "Allow a private address"}
+        help_texts = {"allow_private": PRIVATE_HELP}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -117,7 +121,6 @@ class NotificationChannelAdmin(admin.ModelAdmin):
         "team",
         "kind",
         "goes_to",
-        "allow_private",
         "created_at",
         "last_success",
         "last_error_shown",
