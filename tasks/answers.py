@@ -27,7 +27,17 @@ from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks import a2a_client, agents, changes, ingest, message_parts, profile, protocol, timeline
+from tasks import (
+    a2a_client,
+    agents,
+    changes,
+    ingest,
+    message_parts,
+    profile,
+    protocol,
+    question_detail,
+    timeline,
+)
 from tasks.models import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -39,7 +49,6 @@ from tasks.models import (
     TaskState,
 )
 from tasks.notify import outbox
-from tasks.templatetags.onlooker import choices
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +338,7 @@ def _as_offered(current: Interaction, decision: Decision) -> Decision:
     if not decision.chosen:
         return decision
     posted = _lines(decision.value or "")
-    candidates = choices(current.detail)
+    candidates = question_detail.offered_choices(current.detail)
     if current.unconfirmed and isinstance(current.answer, dict):
         # The retry button posts the bound answer, typed or chosen, as a choice.
         candidates = [*candidates, str(current.answer.get("value", ""))]

@@ -58,6 +58,17 @@ class _Full(Exception):
     """No room left for another row."""
 
 
+def offered_choices(detail: object) -> list[str]:
+    """The choices an interaction's `detail` offers (`choices` or `options`: strings): the
+    buttons the page shows, and the only values answering sends as a choice."""
+    if not isinstance(detail, dict):
+        return []
+    offered = detail.get("choices", detail.get("options"))
+    if not isinstance(offered, list):
+        return []
+    return [c for c in offered if isinstance(c, str) and c.strip()][:20]
+
+
 def table(detail: Any) -> Table | None:
     """The table a page shows of `detail`, or None when there is nothing to show."""
     if detail is None or detail == {} or detail == []:

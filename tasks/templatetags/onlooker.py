@@ -69,13 +69,7 @@ def web_url(url: object) -> str:
 
 @register.filter
 def choices(detail: object) -> list[str]:
-    """The choices an interaction's `detail` offers (`choices` or `options`: strings)."""
-    if not isinstance(detail, dict):
-        return []
-    offered = detail.get("choices", detail.get("options"))
-    if not isinstance(offered, list):
-        return []
-    return [c for c in offered if isinstance(c, str) and c.strip()][:20]
+    return question_detail.offered_choices(detail)
 
 
 @register.filter
