@@ -1,14 +1,12 @@
-"""Onlooker's calls to agents: agent card discovery and A2A 1.0 JSON-RPC, over httpx.
+"""Onlooker's calls to agents: agent card discovery and A2A 1.0 JSON-RPC, over HTTP.
 
-One pooled `httpx.Client` per process serves every call: views call this from worker threads,
-and httpx's connection pool is thread-safe. Timeouts come from the module constants below, read
-on every call. Every call is bounded as a whole: it ends within ONLOOKER_AGENT_CALL_SECONDS
-(connecting, sending and reading the whole reply, however the agent paces it) and reads at most
-ONLOOKER_AGENT_REPLY_BYTES of reply (MAX_CARD_BYTES for a card), decompressed, so no agent can
-hold a person's request or the server's memory. Every failure is an `A2AError`: `str(error)` is
-a sentence a person can read, and
-`code`, `reason`, `http_status` and `not_sent` say what happened, for code that has to decide.
-The agent's credential and push secrets never appear in errors or logs.
+Every call goes over agent_http's pooled client and is bounded as a whole: it ends within
+ONLOOKER_AGENT_CALL_SECONDS (connecting, sending and reading the whole reply, however the agent
+paces it) and reads at most ONLOOKER_AGENT_REPLY_BYTES of reply (MAX_CARD_BYTES for a card),
+decompressed, so no agent can hold a person's request or the server's memory. Every failure
+is an `A2AError`: `str(error)` is a sentence a person can read, and `code`, `reason`,
+`http_status` and `not_sent` say what happened, for code that has to decide. The agent's
+credential and push secrets never appear in errors or logs.
 
 The calls take the agent as anything with `rpc_url`, `extensions` and `credential` (the `Agent`
 model has them) and return the agent's JSON as plain dicts, camelCase as on the wire:
@@ -23,45 +21,30 @@ model has them) and return the agent's JSON as plain dicts, camelCase as on the 
 
 from __future__ import annotations
 
-import html
 import json
 import logging
-import os
-import re
-import ssl
-import threading
-import time
-import unicodedata
 import uuid
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import httpcore
 import httpx
 from django.conf import settings
 
-from tasks import profile, tiers
+from tasks import agent_http, profile, tiers
+from tasks.agent_text import hidden, plain_text
 
 logger = logging.getLogger(__name__)
 
 CARD_PATH = "/.well-known/agent-card.json"
 A2A_VERSION = "1.0"
-CONNECT_TIMEOUT = 5.0  # seconds to open a connection
-READ_TIMEOUT = 10.0  # seconds to wait for the answer (SendMessage is sent returnImmediately)
-MAX_CONNECTIONS = 20  # per process, over all agents
-KEEPALIVE_SECONDS = 5.0  # an idle pooled connection is closed after this long
 # A card is parsed into a few bounded fields (MAX_DESCRIPTION, MAX_SKILLS below): a generous
 # one with fifty long skills is tens of KiB, so a MiB leaves room and still bounds the parse.
 MAX_CARD_BYTES = 1024 * 1024
 PAGE_SIZE = 50  # ListTasks: the spec's default; agents accept 1..100
 MAX_PAGES = 100  # iter_tasks stops an agent that pages forever
-MAX_AGENT_TEXT = 200  # characters of an agent's own words (an error, a header) shown to people
 # What the Agent model stores; a longer name is shortened, a longer URL or version refused.
 MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
 # What is kept of a card's own words for the agent page: longer text is cut, further skills
@@ -148,305 +131,6 @@ class TaskPage:
 on_echo: Callable[[AgentAddress, list[str]], None] | None = None
 
 
-# --- the connection pool ------------------------------------------------------------------
-
-_client: httpx.Client | None = None
-_client_pid: int | None = None
-_client_lock = threading.Lock()
-
-
-def http_client() -> httpx.Client:
-    """The process's pooled client, created on first use. A forked child makes its own: the
-    parent's sockets must not be shared."""
-    global _client, _client_pid
-    with _client_lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = httpx.Client(
-                transport=_AgentTransport(),
-                follow_redirects=False,  # a redirected call is a misconfigured agent
-                # gzip is the one encoding _read_within inflates within the size limit.
-                headers={"User-Agent": "Onlooker", "Accept-Encoding": "gzip"},
-            )
-            _client_pid = os.getpid()
-        return _client
-
-
-def close_http_client() -> None:
-    """Close the pool (at shutdown); the next call opens a new one."""
-    global _client
-    with _client_lock:
-        if _client is not None:
-            _client.close()
-        _client = None
-
-
-def _timeout(seconds: float) -> httpx.Timeout:
-    # Waiting for a pooled connection comes before any socket: the deadline bounds it here.
-    return httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, pool=min(READ_TIMEOUT, seconds))
-
-
-# --- the deadline, kept by every socket wait -------------------------------------------------
-#
-# httpx's timeouts are per read, and httpcore takes the read timeout once for the headers and
-# once for the body: an agent that sends a byte before each read times out holds a call for
-# as long as it likes. So the pool's sockets are wrapped: each connect, read and write waits
-# at most until the end of the call in progress on this thread (the sync client does all of
-# a call's I/O on the caller's thread, and views call agents from their own threads).
-
-_call_ends: ContextVar[float | None] = ContextVar("agent_call_ends", default=None)
-
-
-def _time_left(timeout: float | None, late: type[Exception]) -> float | None:
-    """How long one socket wait may take: its own timeout, but never past the call's end;
-    `late` (httpcore's timeout for that wait) once the end has passed."""
-    ends = _call_ends.get()
-    if ends is None:
-        return timeout
-    left = ends - time.monotonic()
-    if left <= 0:
-        raise late("the call's deadline has passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream) -> None:
-        self._stream = stream
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        # Nothing of the request is sent before the handshake ends: a connect timeout.
-        left = _time_left(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    def __init__(self) -> None:
-        self._backend = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        left = _time_left(timeout, httpcore.ConnectTimeout)
-        stream = self._backend.connect_tcp(host, port, left, local_address, socket_options)
-        return _DeadlineStream(stream)
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-class _AgentTransport(httpx.BaseTransport):
-    """HTTP/1.1 over a pool of deadline-keeping sockets. httpx's own transport cannot be
-    given a network backend (encode/httpx#3749 proposes it), so this one hands requests to
-    httpcore itself and its errors back under httpx's names, as the callers expect."""
-
-    def __init__(self) -> None:
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=MAX_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_SECONDS,
-            network_backend=_DeadlineBackend(),
-        )
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        sent = httpcore.Request(
-            request.method,
-            httpcore.URL(
-                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        with _as_httpx_errors():
-            answer = self._pool.handle_request(sent)
-        return httpx.Response(
-            answer.status,
-            headers=answer.headers,
-            stream=_ReplyStream(answer),
-            extensions=answer.extensions,
-        )
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-class _ReplyStream(httpx.SyncByteStream):
-    def __init__(self, answer: httpcore.Response) -> None:
-        self._answer = answer
-
-    def __iter__(self) -> Iterator[bytes]:
-        with _as_httpx_errors():
-            yield from self._answer.stream
-
-    def close(self) -> None:
-        with _as_httpx_errors():
-            self._answer.close()
-
-
-# httpcore's errors and httpx's names for them, the most specific first.
-_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-)
-
-
-@contextmanager
-def _as_httpx_errors() -> Iterator[None]:
-    try:
-        yield
-    except Exception as error:
-        for theirs, ours in _HTTPX_ERRORS:
-            if isinstance(error, theirs):
-                raise ours(str(error)) from error
-        raise
-
-
-# --- a call and its whole reply, within the limits -------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """How long a call may take and how much reply it may read; `what` names the reply in
-    the sentence said past either ("the agent's reply", "the agent card at …")."""
-
-    seconds: float
-    max_bytes: int
-    what: str
-
-    def too_large(self) -> str:
-        return f"{self.what} was larger than {_size(self.max_bytes)}"
-
-    def too_slow(self) -> str:
-        return f"{self.what} did not arrive in full within {self.seconds:g} s"
-
-
-def _rpc_limits() -> _Limits:
-    return _Limits(
-        settings.ONLOOKER_AGENT_CALL_SECONDS,
-        settings.ONLOOKER_AGENT_REPLY_BYTES,
-        "the agent's reply",
-    )
-
-
-@dataclass(frozen=True)
-class _Reply:
-    """An agent's whole reply, decompressed."""
-
-    status_code: int
-    headers: httpx.Headers
-    content: bytes
-
-
-def _exchange(method: str, url: str, limits: _Limits, **request: Any) -> _Reply:
-    """One request and the agent's whole reply, within `limits`: past either, an A2AError
-    that says which (the agent may have acted on the request by then). httpx's errors go to
-    the caller, a connect or pool timeout included (then nothing was sent)."""
-    ends = time.monotonic() + limits.seconds
-    token = _call_ends.set(ends)
-    try:
-        with http_client().stream(
-            method, url, timeout=_timeout(limits.seconds), **request
-        ) as response:
-            content = _read_within(response, limits, ends)
-        return _Reply(response.status_code, response.headers, content)
-    except (httpx.ConnectTimeout, httpx.PoolTimeout):
-        raise  # whenever it came, nothing was sent: the caller's words say so
-    except httpx.TimeoutException:
-        if time.monotonic() < ends:
-            raise  # one read waited READ_TIMEOUT: the caller says so
-        raise A2AError(limits.too_slow()) from None
-    finally:
-        _call_ends.reset(token)
-
-
-def _read_within(response: httpx.Response, limits: _Limits, ends: float) -> bytes:
-    """The reply's body, decompressed, refused as soon as it is known to be too large: by
-    its Content-Length before reading any, then by the bytes it has made so far. Never more
-    than the limit (and one network read) is held."""
-    status = response.status_code
-    if _declared_length(response) > limits.max_bytes:
-        raise A2AError(limits.too_large(), http_status=status)
-    inflate = _inflater(response, limits)
-    body = bytearray()
-    for raw in response.iter_raw():
-        try:
-            # One more byte than fits is enough to know it does not.
-            body += inflate(raw, limits.max_bytes - len(body) + 1)
-        except zlib.error:
-            raise A2AError(f"{limits.what} was not valid gzip", http_status=status) from None
-        if len(body) > limits.max_bytes:
-            raise A2AError(limits.too_large(), http_status=status)
-        # The sockets keep the deadline; this keeps it too should a reply flow fast past it.
-        if time.monotonic() >= ends:
-            raise A2AError(limits.too_slow(), http_status=status)
-    return bytes(body)
-
-
-def _declared_length(response: httpx.Response) -> int:
-    try:
-        return int(response.headers.get("content-length", ""))
-    except ValueError:  # absent (chunked, or up to the close): counted as it comes
-        return 0
-
-
-def _inflater(response: httpx.Response, limits: _Limits) -> Callable[[bytes, int], bytes]:
-    """How raw bytes become the body: as they are, or inflated from gzip, making at most
-    `room` bytes of each chunk (a 64 KiB chunk of gzip can inflate to 64 MiB: the rest of it
-    is left unread, and the reply refused)."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("", "identity"):
-        return lambda raw, room: raw
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(zlib.MAX_WBITS | 16).decompress
-    shown = plain_text(encoding, 40)
-    raise A2AError(
-        f"{limits.what} came encoded as '{shown}', which Onlooker does not read",
-        http_status=response.status_code,
-    )
-
-
-def _size(count: int) -> str:
-    """A byte count as people read it: 4 MiB, 512 KiB, 1,000 bytes."""
-    for unit, name in ((1024 * 1024, "MiB"), (1024, "KiB")):
-        if count >= unit and count % unit == 0:
-            return f"{count // unit:,} {name}"
-    return f"{count:,} bytes"
-
-
 # --- card discovery -----------------------------------------------------------------------
 
 
@@ -464,11 +148,13 @@ def fetch_card(url: str) -> AgentCard:
     """Discover an agent from its base or card URL; also how a registered agent's card is
     refreshed (`fetch_card(agent.card_url)`)."""
     card_url = card_url_for(url)
-    limits = _Limits(
+    limits = agent_http.Limits(
         settings.ONLOOKER_AGENT_CALL_SECONDS, MAX_CARD_BYTES, f"the agent card at {card_url}"
     )
     try:
-        reply = _exchange("GET", card_url, limits)
+        reply = agent_http.exchange("GET", card_url, limits)
+    except agent_http.ReplyRefused as refused:
+        raise A2AError(str(refused), http_status=refused.http_status) from None
     except httpx.TimeoutException:
         raise A2AError(f"the agent did not answer in time at {card_url}") from None
     except httpx.HTTPError as error:
@@ -568,7 +254,7 @@ def _clean_url(url: str) -> bool:
 
 def _unbroken(uri: str) -> bool:
     """At most MAX_URL characters, none of them a space, control or format character."""
-    return len(uri) <= MAX_URL and not any(c.isspace() or _hidden(c) for c in uri)
+    return len(uri) <= MAX_URL and not any(c.isspace() or hidden(c) for c in uri)
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -778,7 +464,7 @@ def _call(agent: AgentAddress, method: str, params: dict) -> Any:
         raise
 
 
-def _record_echo(agent: AgentAddress, reply: _Reply) -> None:
+def _record_echo(agent: AgentAddress, reply: agent_http.Reply) -> None:
     # Bookkeeping beside the call: if it fails, the agent's answer (perhaps to a decision it
     # has now taken) must still reach the caller.
     try:
@@ -787,12 +473,23 @@ def _record_echo(agent: AgentAddress, reply: _Reply) -> None:
         logger.exception("could not record the extensions %s echoed", _shown(agent.rpc_url))
 
 
-def _post(agent: AgentAddress, body: dict) -> _Reply:
+def _rpc_limits() -> agent_http.Limits:
+    return agent_http.Limits(
+        settings.ONLOOKER_AGENT_CALL_SECONDS,
+        settings.ONLOOKER_AGENT_REPLY_BYTES,
+        "the agent's reply",
+    )
+
+
+def _post(agent: AgentAddress, body: dict) -> agent_http.Reply:
     where = _shown(agent.rpc_url)
     limits = _rpc_limits()
-    connect, read = min(CONNECT_TIMEOUT, limits.seconds), READ_TIMEOUT
+    connect = min(agent_http.CONNECT_TIMEOUT, limits.seconds)
+    read = agent_http.READ_TIMEOUT
     try:
-        return _exchange("POST", agent.rpc_url, limits, json=body, headers=_headers(agent))
+        return agent_http.exchange(
+            "POST", agent.rpc_url, limits, json=body, headers=_headers(agent)
+        )
     # Before a connection exists nothing was sent; after, the agent may have the request.
     except httpx.ConnectTimeout:
         raise A2AError(
@@ -810,12 +507,14 @@ def _post(agent: AgentAddress, body: dict) -> _Reply:
         ) from None
     except httpx.InvalidURL:
         raise A2AError(f"the agent's address {where} is not a valid URL", not_sent=True) from None
+    except agent_http.ReplyRefused as refused:
+        raise A2AError(str(refused), http_status=refused.http_status) from None
 
 
 _NOT_JSON = object()
 
 
-def _result(reply: _Reply, request_id: str) -> Any:
+def _result(reply: agent_http.Reply, request_id: str) -> Any:
     status = reply.status_code
     try:
         answer = json.loads(reply.content)
@@ -883,35 +582,6 @@ def _reason(data: object) -> str | None:
         if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
             return entry["reason"][:100]
     return None
-
-
-# Agents' words are read from a bounded prefix: an excerpt is short, and the markup and
-# spaces it drops cannot make a 100 KB message cost more than this much work.
-_EXCERPT_WINDOW = 20_000
-_TAG = re.compile(r"<[^<>]*>")  # [^<>]: one pass over the text, whatever it holds
-_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # colours, cursor moves
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # controls, bidi/format marks, surrogates
-
-
-def _hidden(char: str) -> bool:
-    return unicodedata.category(char) in _HIDDEN_CATEGORIES
-
-
-def plain_text(text: object, limit: int = MAX_AGENT_TEXT) -> str:
-    """An agent's own words as people see them (a JSON-RPC error message, a header, its
-    name): plain text on one line, at most `limit` characters, "…" when cut. Markup is
-    dropped and entities decoded; control and format characters (terminal escapes, bidi
-    overrides that reorder what is shown) and lone surrogates (which no database stores) are
-    removed. Every place that shows an agent's words to people goes through this."""
-    if not isinstance(text, str):
-        return ""
-    cut = len(text) > _EXCERPT_WINDOW
-    text = html.unescape(_TAG.sub(" ", _TERMINAL_ESCAPE.sub("", text[:_EXCERPT_WINDOW])))
-    text = "".join(" " if c.isspace() else c for c in text if not _hidden(c) or c.isspace())
-    text = " ".join(text.split())
-    if cut or len(text) > limit:
-        text = text[: limit - 1].rstrip() + "…"
-    return text
 
 
 def _not_a2a(method: str) -> A2AError:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from django.db import connections
 
-from tasks import a2a_client
+from tasks import a2a_client, agent_http, agent_text
 from tasks.a2a_client import A2AError, PushConfig
 from tasks.models import Agent
 from tasks.profile import FILES, INTERACTIONS, PROGRESS
@@ -470,7 +470,7 @@ def test_consecutive_calls_reuse_one_pooled_connection(bad_agent):
 
 
 def test_threads_share_one_pool_created_once_and_all_their_calls_succeed(bad_agent):
-    a2a_client.close_http_client()
+    agent_http.close_http_client()
     start = threading.Barrier(16)
     clients, tasks, failures = [], [], []
     bad_agent.rpc_result({"id": "t1", "status": {"state": "TASK_STATE_WORKING"}})
@@ -478,7 +478,7 @@ def test_threads_share_one_pool_created_once_and_all_their_calls_succeed(bad_age
 
     def work() -> None:
         start.wait()
-        clients.append(a2a_client.http_client())
+        clients.append(agent_http.http_client())
         try:
             tasks.append(a2a_client.get_task(agent, "t1"))
         except A2AError as error:
@@ -547,7 +547,7 @@ def test_other_json_rpc_errors_show_the_agents_words_on_one_short_line(bad_agent
     prefix = "the agent answered an error: Internal error: xxx"
     assert str(error).startswith(prefix)
     assert str(error).endswith("…")
-    assert len(str(error)) <= len("the agent answered an error: ") + a2a_client.MAX_AGENT_TEXT
+    assert len(str(error)) <= len("the agent answered an error: ") + agent_text.MAX_AGENT_TEXT
     assert (error.code, error.reason) == (-32603, None)
 
 
@@ -587,7 +587,7 @@ def test_result_that_is_not_a2a_is_refused(bad_agent):
 
 
 def test_slow_answer_past_the_read_timeout_fails_fast_and_a_retry_works(bad_agent, monkeypatch):
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
     agent = agent_at(bad_agent.rpc_url)
     task = {"id": "t1", "status": {"state": "TASK_STATE_WORKING"}}
     bad_agent.answer({"jsonrpc": "2.0", "result": task}, delay=10)
@@ -618,7 +618,7 @@ def test_task_list_that_never_advances_is_stopped(bad_agent):
 
 
 def test_errors_and_logs_never_show_the_credential_or_push_secrets(bad_agent, caplog, monkeypatch):
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.2)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.2)
     caplog.set_level("DEBUG")
     secrets = ("sekrit-credential", "sekrit-token", "sekrit-bearer")
     agent = agent_at(bad_agent.rpc_url, credential=f"Bearer {secrets[0]}")

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils.html import escape
 
-from tasks import a2a_client, profile
+from tasks import a2a_client, agent_text, profile
 from tasks.models import Agent, Interaction
 from tests.builders import approval, status
 from tests.conftest import make_agent, member, push
@@ -30,7 +30,7 @@ HOSTILE = (
     "<html><body><h1>Server \x1b[31mexploded\x1b[0m</h1>"
     "<p>see \u202egnp.exe\x00 &amp; retry</p>" + "<i>again</i> " * 8_000 + "</body></html>"
 )
-EXCERPT = a2a_client.MAX_AGENT_TEXT
+EXCERPT = agent_text.MAX_AGENT_TEXT
 
 
 def assert_plain_excerpt(shown: str, *, ours: int) -> None:

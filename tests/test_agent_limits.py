@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 from django.test import Client
 
-from tasks import a2a_client
+from tasks import a2a_client, agent_http
 from tasks.models import Agent, Interaction, Task
 from tests.conftest import make_agent
 from tests.peers.hostile_agent import MB, HostileAgent
@@ -162,7 +162,7 @@ def test_an_approve_against_a_trickling_agent_fails_at_the_deadline_and_a_retry_
     alice, hostile, ops, monkeypatch, head
 ):
     # Each byte comes well within a read timeout: only the call's deadline can end it.
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.5)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.5)
     interaction = waiting_interaction(hostile, ops)
     hostile.trickles("POST", every=0.2, lasting=10, head=head)
 
@@ -251,7 +251,7 @@ def test_a_card_refresh_against_a_60_mb_card_stops_at_the_card_limit_and_changes
 def test_a_card_refresh_against_a_trickling_card_fails_at_the_deadline(
     alice, hostile, ops, monkeypatch
 ):
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.5)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.5)
     agent = agent_on(hostile, ops)
     hostile.trickles("GET", every=0.2, lasting=10)
 

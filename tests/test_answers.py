@@ -15,7 +15,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
-from tasks import a2a_client, profile
+from tasks import agent_http, profile
 from tasks.models import Interaction, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, member, push
@@ -222,7 +222,7 @@ def test_concurrent_answers_send_exactly_one_message(ops, approvers):
 def test_an_agent_that_may_have_the_answer_binds_it_and_only_a_retry_of_it_is_sent(
     alice_approves, agent_stub, ops, approvers, monkeypatch, misbehave, words
 ):
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
     interaction = waiting_interaction(agent_stub, ops)
     misbehave(agent_stub)
 

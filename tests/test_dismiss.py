@@ -16,7 +16,7 @@ import time_machine
 from django.db import connection
 from django.test import Client
 
-from tasks import a2a_client
+from tasks import agent_http
 from tasks.models import Card, Interaction, Message, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, member, push
@@ -244,7 +244,7 @@ def test_an_answer_sent_and_then_refused_as_unknown_can_be_dismissed(
 ):
     interaction = asking(team_agent)
     alice = person("alice", ops, approvers)
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
     agent_stub.answer(ACCEPTED, delay=1.0)  # took it, perhaps, and never said so
     assert answer(alice, interaction, decision="approve")[0] == 502
     forgets(agent_stub)  # then restarted

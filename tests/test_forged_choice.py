@@ -20,7 +20,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from tasks import a2a_client, profile
+from tasks import agent_http, profile
 from tasks.models import Interaction
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, member, push
@@ -223,7 +223,7 @@ def test_the_retry_of_a_typed_answer_still_sends_it(alice, agent, agent_stub, mo
     # typed or not, and must not be taken for a forged one.
     interaction = ask(agent, {"choices": REGIONS})
     # The agent takes the answer but replies after Onlooker stopped waiting.
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
     agent_stub.answer(ACCEPTED, delay=1.0)
     assert press(alice, interaction, value="cn\r\nand hurry").status_code == 502
 

@@ -18,7 +18,7 @@ import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tasks import a2a_client, profile
+from tasks import agent_http, profile
 from tasks.models import Delivery, Interaction
 from tests.builders import approval, message, status, ts
 from tests.conftest import RegisteredAgent, make_agent, push
@@ -78,7 +78,7 @@ def decisions(stub: MisbehavingAgent) -> list[tuple[str, dict]]:
 
 def late_reply(stub: MisbehavingAgent, monkeypatch) -> None:
     """The agent records the answer and replies after Onlooker stopped waiting."""
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
     stub.answer(ACCEPTED, delay=1.0)
 
 
@@ -352,7 +352,7 @@ def test_an_agent_that_moves_on_before_its_late_reply_keeps_what_was_sent(
     alice, bob, agent, agent_stub, monkeypatch
 ):
     interaction = ask(agent)
-    monkeypatch.setattr(a2a_client, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(agent_http, "READ_TIMEOUT", 0.3)
 
     def takes_it_and_moves_on(received) -> Answer:
         # It acts on the answer at once (its next status arrives first); its reply is late.

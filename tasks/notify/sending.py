@@ -20,12 +20,12 @@ import smtplib
 import threading
 import time
 
-import httpcore
 import httpx
 from django.core.mail import get_connection
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+from tasks import outbound_http
 from tasks.notify import formats, targets
 from tasks.notify.models import Notification, NotificationChannel
 
@@ -34,6 +34,7 @@ TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 TOTAL_SECONDS = 10.0
 # Connections kept per client: as many as the sender has workers, and some.
 CONNECTIONS = 16
+KEEPALIVE_SECONDS = 30.0  # an idle kept connection is closed after this long
 # Of a failing receiver's answer, what the admin sees.
 SAID_CHARS = 500
 DETAIL_CHARS = 1000
@@ -129,32 +130,17 @@ def http_client(*, allow_private: bool = False) -> httpx.Client:
 
 
 def _new_client(allow_private: bool) -> httpx.Client:
-    limits = httpx.Limits(max_connections=CONNECTIONS, keepalive_expiry=30)
     if allow_private:
+        limits = httpx.Limits(max_connections=CONNECTIONS, keepalive_expiry=KEEPALIVE_SECONDS)
         return httpx.Client(timeout=TIMEOUT, follow_redirects=False, limits=limits)
     # With a transport of its own, a client takes no proxy from the environment, and must
     # not: a proxy would resolve the name itself, after the check.
-    return httpx.Client(
-        timeout=TIMEOUT, follow_redirects=False, transport=_public_only_transport(limits)
+    public_only = outbound_http.Transport(
+        targets.PublicOnlyBackend(),
+        max_connections=CONNECTIONS,
+        keepalive_expiry=KEEPALIVE_SECONDS,
     )
-
-
-def _public_only_transport(limits: httpx.Limits) -> httpx.HTTPTransport:
-    """httpx's transport over a connection pool whose connections go through
-    targets.PublicOnlyBackend. httpx takes no network backend of its own, so the pool it
-    made is replaced by the same kind of pool over ours; refuse to start rather than send
-    unchecked should httpx ever keep its pool elsewhere."""
-    transport = httpx.HTTPTransport(limits=limits)
-    if not isinstance(getattr(transport, "_pool", None), httpcore.ConnectionPool):
-        raise RuntimeError("httpx.HTTPTransport keeps no _pool: cannot check addresses")
-    transport._pool = httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(),
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=targets.PublicOnlyBackend(),
-    )
-    return transport
+    return httpx.Client(timeout=TIMEOUT, follow_redirects=False, transport=public_only)
 
 
 def close_http_clients() -> None:

@@ -137,7 +137,7 @@ def check_new(host: str, port: int) -> None:
 class PublicOnlyBackend(httpcore.SyncBackend):
     """httpcore's network backend, but a connection goes only to an address that was checked
     public, resolved once (see the module's docstring). Raises Refused otherwise, which
-    httpx passes through unchanged."""
+    the sender's transport (outbound_http) passes through unchanged."""
 
     def connect_tcp(
         self,
