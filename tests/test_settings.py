@@ -355,7 +355,13 @@ def test_redis_url_selects_the_redis_channel_layer(start):
     code = LAYER + show("settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']")
     layer, hosts = started(start(code, REDIS_URL="redis://127.0.0.1:6379/0")).splitlines()
     assert layer == "channels_redis.core.RedisChannelLayer"
-    assert json.loads(hosts) == [["redis://127.0.0.1:6379/0"]]
+    # Reads wait longer than the layer's 5 s blocking pop (settings.redis_host says why).
+    host = {
+        "address": "redis://127.0.0.1:6379/0",
+        "socket_timeout": 10,
+        "socket_connect_timeout": 3,
+    }
+    assert json.loads(hosts) == [[host]]
 
 
 def test_default_server_answers_an_anonymous_404_without_listing_url_patterns(data_dir, tmp_path):
