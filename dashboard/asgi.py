@@ -1,8 +1,8 @@
 """ASGI entry point: pushes answered by `PushReceiver` and applied by this process's applier
-(tasks/applier.py: a process beside it by default, or a thread), team notifications sent by
+(tasks/pushes/applier.py: a process beside it by default, or a thread), team notifications sent by
 its sender thread (tasks/notify/sender.py), static files served by the app itself (one
 process to run, nothing to collect), other HTTP through Django, and the live socket at
-/ws/live/ behind session authentication and an exact origin check (tasks/origins.py)."""
+/ws/live/ behind session authentication and an exact origin check (tasks/live/origins.py)."""
 
 import gc
 import os
@@ -19,12 +19,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from tasks import applier  # noqa: E402
-from tasks.consumers import LiveConsumer  # noqa: E402
+from tasks.live.consumers import LiveConsumer  # noqa: E402
+from tasks.live.origins import ExactOriginValidator  # noqa: E402
 from tasks.notify import sender  # noqa: E402
-from tasks.origins import ExactOriginValidator  # noqa: E402
-from tasks.unavailable import SocketsWhileDatabaseAway  # noqa: E402
-from tasks.webhooks import PushReceiver  # noqa: E402
+from tasks.pushes import applier  # noqa: E402
+from tasks.pushes.receive import PushReceiver  # noqa: E402
+from tasks.web.unavailable import SocketsWhileDatabaseAway  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -111,8 +111,8 @@ ONLOOKER_AGENT_REPLY_BYTES = env_int("ONLOOKER_AGENT_REPLY_BYTES", 4 * 1024 * 10
 # How long a process keeps a push endpoint and its agent (credentials, team) in memory: a
 # deactivated endpoint or a changed secret takes effect within this many seconds everywhere.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, minimum=0)
-# Who applies received pushes (tasks/applier.py): a process started beside each server
-# process ("process", tasks/applier_process.py), a thread in each server process
+# Who applies received pushes (tasks/pushes/applier.py): a process started beside each server
+# process ("process", tasks/pushes/process.py), a thread in each server process
 # ("background"), or only `manage.py apply_deliveries` ("external"); "inline" applies on the
 # request that received the push (the tests' mode).
 ONLOOKER_APPLIER = os.environ.get("ONLOOKER_APPLIER", "").strip() or "process"
@@ -121,7 +121,7 @@ if ONLOOKER_APPLIER not in ("process", "background", "external", "inline"):
         "ONLOOKER_APPLIER must be process, background, external or inline,"
         f" not {ONLOOKER_APPLIER!r}"
     )
-# On SQLite, where received pushes wait for the applier (tasks/inbox.py): a file of their
+# On SQLite, where received pushes wait for the applier (tasks/pushes/spool.py): a file of their
 # own, by default beside the database ("<database>-inbox"), so keeping one never waits for
 # the database's write lock; "off" keeps them in the database itself. Not used on PostgreSQL.
 ONLOOKER_INBOX = os.environ.get("ONLOOKER_INBOX", "").strip()
@@ -153,7 +153,7 @@ ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR = env_int(
     "ONLOOKER_RESET_REQUESTS_PER_CLIENT_PER_HOUR", 10
 )
 
-# Refused pushes are counted per agent and reason (tasks/refusals.py): a lone refusal at
+# Refused pushes are counted per agent and reason (tasks/pushes/refusals.py): a lone refusal at
 # once, a flood of them once per this many seconds per process, never a write apiece.
 ONLOOKER_REFUSAL_WRITE_SECONDS = env_int("ONLOOKER_REFUSAL_WRITE_SECONDS", 1, minimum=0)
 
@@ -181,8 +181,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "tasks.middleware.content_security_policy",
-    "tasks.unavailable.while_database_away",
+    "tasks.web.middleware.content_security_policy",
+    "tasks.web.unavailable.while_database_away",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -256,7 +256,7 @@ def _database() -> dict:
     config["CONN_HEALTH_CHECKS"] = True
     options = config.setdefault("OPTIONS", {})
     # A request waits at most this long for a connection: with the database away, the first
-    # ones fail after it and tasks/outage.py answers the rest at once.
+    # ones fail after it and tasks/runtime/outage.py answers the rest at once.
     options["pool"] = {"min_size": 2, "max_size": 20, "timeout": 3}
     # A host that stops answering (rather than refusing) must not hold a connection, or a
     # thread, for TCP's quarter of an hour: connecting gives up after 3 s, and a connection
@@ -294,7 +294,7 @@ def _channel_layers() -> dict:
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # The one group is the processes' listeners (tasks/fanout.py), which join it again
+            # The one group is the processes' listeners (tasks/live/fanout.py), which join it again
             # every 30 s: a process killed without leaving drops out of it within two
             # minutes, rather than getting a copy of every hint for a day (the default).
             # Memberships are stamped with the joining server's clock and expired by the
@@ -406,7 +406,7 @@ X_FRAME_OPTIONS = "DENY"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"one_line": {"()": "tasks.log_filters.OneLineUnlessOurFault"}},
+    "filters": {"one_line": {"()": "tasks.web.log_filters.OneLineUnlessOurFault"}},
     # Daphne's format. One handler, on the root logger: Daphne gives the root one of its own
     # (replaced here), and a handler per logger besides printed every line twice.
     "formatters": {"plain": {"format": "%(asctime)-15s %(levelname)-8s %(message)s"}},

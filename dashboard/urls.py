@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, include, path
 
-from tasks.password_reset import LimitedResetView
+from tasks.web.password_reset import LimitedResetView
 
 
 def account_urls() -> list[URLPattern]:
@@ -57,5 +57,5 @@ urlpatterns = [
     path("", include("tasks.urls")),
 ]
 
-# A request that meets a database gone away is a 503, not a 500 (tasks/unavailable.py).
-handler500 = "tasks.unavailable.server_error"
+# A request that meets a database gone away is a 503, not a 500 (tasks/web/unavailable.py).
+handler500 = "tasks.web.unavailable.server_error"

@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from tasks import agents, applier
+from tasks.answering import agents
 from tasks.models import (
     Agent,
     Artifact,
@@ -24,6 +24,7 @@ from tasks.models import (
     Session,
     Task,
 )
+from tasks.pushes import applier
 
 
 class RegisterAgentForm(forms.Form):

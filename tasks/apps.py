@@ -7,7 +7,8 @@ class TasksConfig(AppConfig):
     verbose_name = "Agents and sessions"
 
     def ready(self) -> None:
-        from tasks import a2a_client, agents, search
+        from tasks.answering import a2a_client, agents
+        from tasks.sessions import search
 
         # Every call to an agent records the extensions it echoed (its tier) on the agent.
         a2a_client.on_echo = agents.record_echo

@@ -1,15 +1,8 @@
 from django.urls import path
 
-from tasks import (
-    agent_page,
-    api,
-    card_api,
-    deliveries_page,
-    settings_page,
-    usage_api,
-    views,
-    webhooks,
-)
+from tasks.api import cards, sessions, usage
+from tasks.pushes import receive
+from tasks.web import agent_page, deliveries_page, settings_page, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -65,10 +58,10 @@ urlpatterns = [
         views.dismiss_interaction,
         name="dismiss-interaction",
     ),
-    path("a2a/push/<str:endpoint_id>/", webhooks.receive_push, name="push"),
-    path("api/sessions", api.sessions, name="api-sessions"),
-    path("api/sessions/<int:session_id>", api.session_detail, name="api-session"),
-    path("api/waiting", api.waiting, name="api-waiting"),
-    path("api/usage", usage_api.usage_json, name="api-usage"),
-    path("api/progress-card", card_api.progress_card, name="api-progress-card"),
+    path("a2a/push/<str:endpoint_id>/", receive.receive_push, name="push"),
+    path("api/sessions", sessions.sessions, name="api-sessions"),
+    path("api/sessions/<int:session_id>", sessions.session_detail, name="api-session"),
+    path("api/waiting", sessions.waiting, name="api-waiting"),
+    path("api/usage", usage.usage_json, name="api-usage"),
+    path("api/progress-card", cards.card, name="api-progress-card"),
 ]

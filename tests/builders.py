@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tasks import profile
+from tasks.wire import profile
 
 EPOCH = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

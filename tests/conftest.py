@@ -18,10 +18,11 @@ from django.db import connection
 from django.test import Client
 from standardwebhooks import Webhook
 
-from tasks import inbox, profile, refusals
-from tasks.agents import new_endpoint, new_signing_secret
-from tasks.broadcast import coalescer, notices
+from tasks.answering.agents import new_endpoint, new_signing_secret
+from tasks.live.broadcast import coalescer, notices
 from tasks.models import Agent, PushEndpoint, Session
+from tasks.pushes import refusals, spool
+from tasks.wire import profile
 from tests.builders import status
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent
 
@@ -95,10 +96,10 @@ _inboxes: dict[str, sqlite3.Connection] = {}
 
 @pytest.fixture(autouse=True)
 def empty_inbox():
-    """The inbox file (SQLite, tasks/inbox.py) is not the test database: the database is
+    """The inbox file (SQLite, tasks/pushes/spool.py) is not the test database: the database is
     emptied after each test, and so is the inbox, so no test takes another's pushes."""
     yield
-    file = inbox.path()
+    file = spool.path()
     if file is None or not os.path.exists(file):
         return
     if file not in _inboxes:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
-from tasks import broadcast
+from tasks.live import broadcast
 
 
 async def join(layer) -> str:
@@ -62,7 +62,7 @@ async def first(layer, channel: str, groups: Iterable[str], *, within: float = 5
 
 async def _stop(receiving: asyncio.Future | None) -> None:
     """Cancel a receive no longer wanted, whatever it raises then: the Redis layer's can come
-    out of a cancellation as redis-py's TimeoutError (tasks/fanout.py says why)."""
+    out of a cancellation as redis-py's TimeoutError (tasks/live/fanout.py says why)."""
     if receiving is None:
         return
     receiving.cancel()

@@ -30,8 +30,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from tasks import fragments
 from tasks.models import Delivery, Session, Task
+from tasks.sessions import fragments
 from tests.conftest import RegisteredAgent, encode, sign_headers
 from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
 
@@ -222,7 +222,7 @@ def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
                 raise AssertionError(f"delivery {delivery_id}: {what} in {timeout} s")
             time.sleep(0.01)
 
-    # On SQLite it is in the inbox file until the applier takes it (tasks/inbox.py).
+    # On SQLite it is in the inbox file until the applier takes it (tasks/pushes/spool.py).
     applied = Delivery.objects.filter(pk=delivery_id).exclude(outcome=Delivery.Outcome.PENDING)
     wait(applied.exists, "not applied")
     delivery = Delivery.objects.get(pk=delivery_id)

@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from tasks.models import Agent, PushEndpoint, matches_digest
+from tests.answering.test_add_agent import WORKING, running_card_server
 from tests.conftest import sign_headers
-from tests.test_add_agent import WORKING, running_card_server
 
 ADD_URL = "/admin/tasks/agent/add/"
 CHANGELIST_URL = "/admin/tasks/agent/"

@@ -36,7 +36,7 @@ import json
 import django
 django.setup()
 from django.core.management import call_command
-from tasks.agents import new_api_token, new_endpoint, new_signing_secret
+from tasks.answering.agents import new_api_token, new_endpoint, new_signing_secret
 from tasks.models import Agent, digest
 call_command("migrate", interactive=False, verbosity=0)
 secret, token = new_signing_secret(), new_api_token()

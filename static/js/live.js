@@ -172,7 +172,7 @@ function applySessionPage(id, message, fresh) {
 function announce(message, previous) {
   if (!announcer || !previous || previous.state === message.state) return;
   if (!message.stateLabel) return;
-  // The label says it when a person is needed ("Needs approval"): tasks/states.py.
+  // The label says it when a person is needed ("Needs approval"): tasks/models/states.py.
   announcer.textContent = `${message.title}: ${message.stateLabel.toLowerCase()}`;
 }
 
@@ -527,7 +527,7 @@ function connect() {
       clearTimeout(pongTimer);
       return;
     }
-    // The server lost its channel layer (tasks/fanout.py): the socket is open but hears
+    // The server lost its channel layer (tasks/live/fanout.py): the socket is open but hears
     // nothing until the server says it is back, and then what was missed is refetched.
     if (socket !== ws) return;
     if (message.type === "lost") {

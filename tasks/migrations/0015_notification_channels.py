@@ -2,7 +2,7 @@
 
 import django.core.serializers.json
 import django.db.models.deletion
-import tasks.stored_json
+import tasks.wire.stored_json
 from django.db import migrations, models
 
 
@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
                 ('round', models.PositiveIntegerField()),
                 ('kind', models.CharField(choices=[('interaction.opened', 'opened'), ('interaction.reminder', 'reminder'), ('interaction.resolved', 'resolved')], max_length=24)),
                 ('reminder', models.PositiveSmallIntegerField(default=0, help_text='1–3 for reminders')),
-                ('payload', models.JSONField(decoder=tasks.stored_json.StoredJSONDecoder, encoder=django.core.serializers.json.DjangoJSONEncoder)),
+                ('payload', models.JSONField(decoder=tasks.wire.stored_json.StoredJSONDecoder, encoder=django.core.serializers.json.DjangoJSONEncoder)),
                 ('created_at', models.DateTimeField()),
                 ('due_at', models.DateTimeField(help_text='not sent before')),
                 ('state', models.CharField(choices=[('pending', 'Pending'), ('sent', 'Sent'), ('skipped', 'Skipped'), ('failed', 'gave up')], default='pending', max_length=10)),

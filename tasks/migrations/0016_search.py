@@ -1,4 +1,4 @@
-"""Full-text search (tasks/search.py): a session's own text in `SessionText`, and the
+"""Full-text search (tasks/sessions/search.py): a session's own text in `SessionText`, and the
 database's full-text indexes over it and over the transcript, filled from what is stored.
 
 SQLite: two external-content FTS5 tables (`search_session` over tasks_sessiontext,
@@ -16,7 +16,7 @@ while the generated columns depend on them.
 import django.db.models.deletion
 from django.db import migrations, models
 
-# Kept here (not imported from tasks.search) so this migration stays as it was written.
+# Kept here (not imported from tasks.sessions.search) so this migration stays as it was written.
 INDEXED_CHARS = 20_000
 TOKENIZE = "unicode61 remove_diacritics 2"
 
@@ -29,7 +29,7 @@ SQLITE_TABLES = [
     f"""CREATE VIRTUAL TABLE search_message USING fts5(
         text, content='tasks_message', content_rowid='id', tokenize='{TOKENIZE}', prefix='3')""",
 ]
-# The same statements as tasks.search.SQLITE_TRIGGERS (which re-creates them if missing).
+# The same statements as tasks.sessions.search.SQLITE_TRIGGERS (which re-creates them if missing).
 SQLITE_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS search_session_insert AFTER INSERT ON tasks_sessiontext BEGIN
         INSERT INTO search_session(rowid, title, agent, plan, note)

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 # The ledger starts from what tasks reported before it existed: each task's latest telemetry,
-# counted on the UTC day its status was received. The rules are tasks/usage.py's at the time
+# counted on the UTC day its status was received. The rules are tasks/sessions/usage.py's at the time
 # of writing, kept here so later changes to it do not change this history.
 NANOS = 10**9
 MAX_REPORT = 2**53 - 1

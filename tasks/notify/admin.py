@@ -14,9 +14,9 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
 
+from tasks.models.notify import PRIVATE_HELP, Notification, NotificationChannel
 from tasks.notify import channels as notify_channels
 from tasks.notify import seen
-from tasks.notify.models import PRIVATE_HELP, Notification, NotificationChannel
 
 
 def _when(at) -> str:

@@ -19,8 +19,8 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
+from tasks.models.notify import NotificationChannel
 from tasks.notify import targets
-from tasks.notify.models import NotificationChannel
 
 Kind = NotificationChannel.Kind
 

@@ -30,9 +30,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks.models import Interaction
+from tasks.models.notify import Notification
 from tasks.notify import shares
-from tasks.notify.models import Notification
-from tasks.writer import writing
+from tasks.runtime.writer import writing
 
 Kind = Notification.Kind
 State = Notification.State

@@ -24,7 +24,7 @@ from django.core.mail import EmailMessage
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.dateparse import parse_datetime
 
-from tasks.notify.models import Notification
+from tasks.models.notify import Notification
 
 Kind = Notification.Kind
 

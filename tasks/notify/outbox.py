@@ -21,7 +21,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from tasks.models import Agent, Interaction, Session
-from tasks.notify.models import Notification, NotificationChannel
+from tasks.models.notify import Notification, NotificationChannel
 
 Kind = Notification.Kind
 

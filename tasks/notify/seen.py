@@ -25,9 +25,9 @@ from datetime import datetime, timedelta
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from tasks import broadcast
+from tasks.live import broadcast
 from tasks.models import Interaction
-from tasks.notify.models import Notification, NotificationChannel
+from tasks.models.notify import Notification, NotificationChannel
 
 Kind = Notification.Kind
 State = Notification.State

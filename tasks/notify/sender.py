@@ -51,12 +51,12 @@ from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from tasks.models.notify import Notification, NotificationChannel
 from tasks.notify import seen, shares
 from tasks.notify.claims import Claimed, claim_next, due_channels, unclaimed
-from tasks.notify.models import Notification, NotificationChannel
 from tasks.notify.sending import TOTAL_SECONDS, SendFailed, send
-from tasks.worker import Loop
-from tasks.writer import writing
+from tasks.runtime.loop import Loop
+from tasks.runtime.writer import writing
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ def start() -> None:
         background.start()
 
 
-# Set in the applier's own process (applier_process.py): what it queues, its server sends.
+# Set in the applier's own process (pushes/process.py): what it queues, its server sends.
 _relay_wake = None
 
 

@@ -25,9 +25,9 @@ from django.core.mail import get_connection
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from tasks import outbound_http
+from tasks.models.notify import Notification, NotificationChannel
 from tasks.notify import formats, targets
-from tasks.notify.models import Notification, NotificationChannel
+from tasks.runtime import outbound_http
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 # A send's whole time, whatever the server trickles: httpx's timeouts are per read.

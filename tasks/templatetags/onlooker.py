@@ -11,8 +11,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from tasks import question_detail
-from tasks.cards import strip_invisible
+from tasks.sessions import question_detail
+from tasks.sessions.progress_card import strip_invisible
 
 register = template.Library()
 
@@ -55,7 +55,8 @@ def visible_text(text: object) -> object:
 
 @register.filter
 def detail_table(detail: object) -> question_detail.Table | None:
-    """An interaction's detail as a bounded, cleaned key/value table (tasks/question_detail.py)."""
+    """An interaction's detail as a bounded, cleaned key/value table
+    (tasks/sessions/question_detail.py)."""
     return question_detail.table(detail)
 
 

@@ -85,7 +85,8 @@ def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) ->
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from tasks import applier, broadcast
+    from tasks.live import broadcast
+    from tasks.pushes import applier
 
     broadcast.relay_to(lambda *said: None)
     client = Client(HTTP_HOST="127.0.0.1")

@@ -1,5 +1,5 @@
 """Progress cards: render+sanitize time of a 1 KiB and an 8 KiB note, and card writes per
-second through `tasks.cards.write` on a real database.
+second through `tasks.sessions.progress_card.write` on a real database.
 
 The notes are what an agent would write: headings, paragraphs with bold text and links,
 bullet and numbered lists, markdown tables and `<progress value max>` bars, with a few
@@ -10,7 +10,7 @@ Writes run one after another in a child process (django.setup() on a fresh datab
 SQLite file in a temporary directory by default or, when DATABASE_URL is set, a dedicated
 PostgreSQL database `onlooker_bench_cards`, created through that URL and dropped at the
 end). Each write is what the card API does: one transaction, the session row locked with
-select_for_update, `cards.write`, the session's updated_at saved; the broadcast and the
+select_for_update, `progress_card.write`, the session's updated_at saved; the broadcast and the
 HTTP layer are left out. Two loops per note: the markdown changes on every write (a real
 render each time) and only the plan changes (the stored HTML is reused by content hash).
 
@@ -35,7 +35,7 @@ import time
 from tests.benchmarks.workspace import Workspace
 from tests.processes import ROOT
 
-DESCRIPTION = "render+sanitize time of 1 KiB / 8 KiB notes and cards.write writes/s"
+DESCRIPTION = "render+sanitize time of 1 KiB / 8 KiB notes and progress_card.write writes/s"
 
 BENCH_DATABASE = "onlooker_bench_cards"
 # (label, largest size in UTF-8 bytes, smallest accepted size)
@@ -212,7 +212,7 @@ def child_main(raw_params: str) -> int:
     django.setup()
     from django.db import connection
 
-    from tasks.cards import render
+    from tasks.sessions.progress_card import render
 
     params = json.loads(raw_params)
     results: dict = {"database": f"{connection.vendor} {_server_version(connection)}"}
@@ -250,28 +250,28 @@ def _log(message: str) -> None:
 def measure_render(label: str, count: int, seconds: float) -> dict:
     """`render` without its cache, on a new serial each time; then the same notes stage by
     stage (markdown-it, the raw-text regex, bleach) to show where the time goes."""
-    from tasks import cards
+    from tasks.sessions import progress_card
 
     notes = [build_note(label, serial) for serial in range(1, count + WARMUP_RENDERS + 1)]
     for note in notes[:WARMUP_RENDERS]:
-        cards.render.__wrapped__(note)
-    totals = _timed(cards.render.__wrapped__, notes[WARMUP_RENDERS:], seconds)
+        progress_card.render.__wrapped__(note)
+    totals = _timed(progress_card.render.__wrapped__, notes[WARMUP_RENDERS:], seconds)
     stages: dict[str, list[float]] = {"markdown-it": [], "raw-text regex": [], "bleach": []}
     deadline = time.perf_counter() + seconds
     same = True
     for note in notes[WARMUP_RENDERS : WARMUP_RENDERS + len(totals)]:
         started = time.perf_counter()
-        html = cards._markdown.render(note)
+        html = progress_card._markdown.render(note)
         parsed = time.perf_counter()
-        html = cards._RAW_TEXT.sub("", html)
+        html = progress_card._RAW_TEXT.sub("", html)
         stripped = time.perf_counter()
-        html = cards._cleaner.clean(html).strip()
+        html = progress_card._cleaner.clean(html).strip()
         cleaned = time.perf_counter()
         stages["markdown-it"].append(parsed - started)
         stages["raw-text regex"].append(stripped - parsed)
         stages["bleach"].append(cleaned - stripped)
         # If render() ever does more than these three stages, the breakdown is stale.
-        same = same and html == cards.render.__wrapped__(note)
+        same = same and html == progress_card.render.__wrapped__(note)
         if time.perf_counter() > deadline:
             break
     return {
@@ -322,8 +322,8 @@ def measure_writes(label: str, mode: str, count: int, seconds: float) -> dict:
     from django.db import transaction
     from django.utils import timezone
 
-    from tasks import cards
     from tasks.models import Agent, Session
+    from tasks.sessions import progress_card
 
     agent, _ = Agent.objects.get_or_create(
         name="Benchmark",
@@ -348,7 +348,7 @@ def measure_writes(label: str, mode: str, count: int, seconds: float) -> dict:
     def write(number: int) -> None:
         with transaction.atomic():
             locked = Session.objects.select_for_update().get(pk=session.pk)
-            cards.write(locked, plan=plans[number], markdown=notes[number])
+            progress_card.write(locked, plan=plans[number], markdown=notes[number])
             locked.updated_at = timezone.now()
             locked.save(update_fields=["updated_at"])
 
@@ -371,7 +371,7 @@ def measure_writes(label: str, mode: str, count: int, seconds: float) -> dict:
         "per second": done / elapsed,
         # Every write is a revision, and the stored HTML is the last note's.
         "revisions ok": card.revision == WARMUP_WRITES + done,
-        "html ok": card.html == cards.render.__wrapped__(last) and card.markdown == last,
+        "html ok": card.html == progress_card.render.__wrapped__(last) and card.markdown == last,
     }
 
 

@@ -7,7 +7,7 @@ included) over the time from the first push until the last one is visible throug
 `/api/sessions`. To know when that is, each run ends with one more push per task whose note
 is a known final text, and the benchmark polls `/api/sessions` (as a logged-in reader) until
 every task's session shows it. A receiver that answers before it applies (the durable inbox,
-tasks/applier.py) can acknowledge faster than it applies: the pending backlog it leaves at
+tasks/pushes/applier.py) can acknowledge faster than it applies: the pending backlog it leaves at
 the end of the load and the time it takes to drain are printed, and a backlog that grows
 without bound shows as a low applied rate (or as "not drained"), never as a fast ack rate.
 For the bare endpoint a push is applied when it is acknowledged (its INSERT is the work).
@@ -80,7 +80,7 @@ import json
 import django
 
 django.setup()
-from tasks.agents import new_endpoint, new_signing_secret
+from tasks.answering.agents import new_endpoint, new_signing_secret
 from tasks.models import Agent
 
 secret = new_signing_secret()
@@ -196,7 +196,7 @@ class Workspace(workspace.Workspace):
 
     def count_pending(self) -> int:
         """Deliveries kept but not applied yet (none, where pushes are applied in the request:
-        no delivery is ever pending there), the inbox file's included (tasks/inbox.py)."""
+        no delivery is ever pending there), the inbox file's included (tasks/pushes/spool.py)."""
         return self.scalar(PENDING) + self.in_inbox()
 
     def in_inbox(self) -> int:
@@ -1012,13 +1012,13 @@ def _print_profile(profiler: cProfile.Profile, what: str) -> None:
 
 
 def _apply_batch_function() -> Callable[[], object] | str:
-    """`tasks.applier.apply_batch`, or why there is none."""
+    """`tasks.pushes.applier.apply_batch`, or why there is none."""
     try:
-        from tasks import applier
+        from tasks.pushes import applier
     except ImportError:
-        return "there is no tasks.applier (the server applies in the request)"
+        return "there is no tasks.pushes.applier (the server applies in the request)"
     if not hasattr(applier, "apply_batch"):
-        return "tasks.applier has no apply_batch()"
+        return "tasks.pushes.applier has no apply_batch()"
     return applier.apply_batch
 
 

@@ -853,7 +853,7 @@ def _child_setup() -> dict:
     from django.contrib.auth.models import Group, User
     from django.test import Client
 
-    from tasks.agents import new_endpoint, new_signing_secret
+    from tasks.answering.agents import new_endpoint, new_signing_secret
     from tasks.models import Agent
 
     team = Group.objects.create(name="bench")
@@ -881,7 +881,7 @@ def _child_setup() -> dict:
 def overview_session_body(number: int) -> dict:
     """A realistic session for the overview: a plan, a markdown note with a table and a
     progress bar (different for each, so every one is rendered), and one of several states."""
-    from tasks import profile
+    from tasks.wire import profile
     from tests.builders import approval, progress, status
 
     done = number % 6
@@ -924,8 +924,9 @@ def _child_overview(sessions: int, requests: int) -> dict:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from tasks import ingest, protocol
     from tasks.models import Agent, Session
+    from tasks.pushes import ingest
+    from tasks.wire import protocol
 
     user = User.objects.get(username=USERNAME)
     endpoint = Agent.objects.get(name=AGENT_NAME).endpoints.get()
@@ -947,7 +948,7 @@ def _child_overview(sessions: int, requests: int) -> dict:
                 ingest.receive(endpoint, key, raw, event)
             made += 1
         if not hasattr(ingest, "apply"):
-            from tasks import applier
+            from tasks.pushes import applier
 
             applier.drain()
         create_seconds += time.perf_counter() - started

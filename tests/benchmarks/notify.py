@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 from standardwebhooks import Webhook
 
-from tasks import profile
+from tasks.wire import profile
 from tests.benchmarks.ingest import Server, Workspace, _run_checked
 
 DESCRIPTION = "push → 2xx and push → webhook with no channel, a working one, and a stuck one"
@@ -48,7 +48,7 @@ import django
 
 django.setup()
 from django.contrib.auth.models import Group
-from tasks.agents import new_endpoint, new_signing_secret
+from tasks.answering.agents import new_endpoint, new_signing_secret
 from tasks.models import Agent
 from tasks.notify.channels import add
 

@@ -1,7 +1,7 @@
 """Fragment rendering: CPU time of `fragments.render` per session, as the applier calls it
-after each batch (tasks/applier.py: `render_many`), for the kinds of card agents send.
+after each batch (tasks/pushes/applier.py: `render_many`), for the kinds of card agents send.
 
-Each kind below is a session with a stored card written through `cards.store` (so its note
+Each kind below is a session with a stored card written through `progress_card.store` (so its note
 is sanitized HTML and its facts are what ingest writes): no card, a plan of 5 or 20 steps
 (a tile shows 5 of them), a note, an open question, an answer sent, a finished session with
 cost, trace id and unconfirmed effects. Every round loads each session the way the applier
@@ -137,8 +137,8 @@ KINDS = (
 def make_sessions(copies: int) -> list[tuple[str, int]]:
     from django.db import transaction
 
-    from tasks import cards
     from tasks.models import Agent, Card, Session
+    from tasks.sessions import progress_card
 
     agent = Agent.objects.create(
         name="Billing migrator",
@@ -160,7 +160,7 @@ def make_sessions(copies: int) -> list[tuple[str, int]]:
                     updated_at=at,
                 )
                 if plan is not None or markdown is not None or facts:
-                    cards.store(session, plan, markdown, facts, only_if_changed=False)
+                    progress_card.store(session, plan, markdown, facts, only_if_changed=False)
                     # Fixed times, so the fragments (and their digest) are the same every run.
                     Card.objects.filter(session=session).update(updated_at=at, source_at=at)
             made.append((kind, session.pk))
@@ -171,8 +171,8 @@ def make_sessions(copies: int) -> list[tuple[str, int]]:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from tasks import fragments
     from tasks.models import Agent, Card, Session
+    from tasks.sessions import fragments
 
     made = make_sessions(args.copies)
     agent = Agent.objects.get()

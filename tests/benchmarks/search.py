@@ -259,8 +259,8 @@ def profile(text: str, built: dict) -> int:
     import cProfile
     import pstats
 
-    from tasks import search
     from tasks.models import Session
+    from tasks.sessions import search
 
     sessions = Session.objects.visible_to(built["member"])
     search.find(sessions, text)
@@ -281,8 +281,8 @@ def _timed(call) -> tuple[float, float, object]:
 
 
 def measure(args: argparse.Namespace, built: dict) -> list[dict]:
-    from tasks import search
     from tasks.models import Session
+    from tasks.sessions import search
 
     results = []
     for what, text, unfiltered in queries(built["words"]):

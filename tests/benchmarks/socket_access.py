@@ -1,5 +1,5 @@
 """Ending live sockets when access ends: the cost of one access sweep over `--sockets` open
-sockets (what `tasks.access` runs once a second per process) against re-checking a socket's
+sockets (what `tasks.live.access` runs once a second per process) against re-checking a socket's
 access on every message it would be sent.
 
 A child process (django.setup() on a fresh database: SQLite in a temporary directory or,
@@ -143,7 +143,7 @@ def _timed(calls: list[list], *, warmup: int) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from tasks import access
+    from tasks.live import access
 
     for watched in calls[:warmup]:
         access.verdicts(watched)
@@ -173,7 +173,7 @@ def _make_sockets(params: dict) -> list:
     from django.contrib.sessions.backends.db import SessionStore
     from django.utils import timezone
 
-    from tasks import access
+    from tasks.live import access
     from tasks.models import Agent, Session
 
     teams = [Group.objects.create(name=f"team {n}") for n in range(params["teams"])]

@@ -23,8 +23,8 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tasks import profile
 from tasks.models import Interaction, Session
+from tasks.wire import profile
 from tests.browser.conftest import (
     CONSOLE,
     CONTEXT,

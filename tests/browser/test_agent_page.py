@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
-from tasks import agents
+from tasks.answering import agents
 from tasks.models import Task
+from tests.answering.test_a2a_peer import wait_for
 from tests.browser.test_answering import open_as
 from tests.conftest import member
-from tests.test_a2a_peer import wait_for
-from tests.test_agent_page import CardAgent
+from tests.web.test_agent_page import CardAgent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tasks import profile
 from tasks.models import Interaction
+from tasks.wire import profile
 from tests.browser.test_answer_paths import TOOK_IT
 from tests.browser.test_answering import open_as, sent_messages
 from tests.builders import approval, status

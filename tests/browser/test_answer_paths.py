@@ -16,8 +16,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
-from tasks import profile
 from tasks.models import Interaction
+from tasks.wire import profile
 from tests.builders import EPOCH, approval, status
 from tests.conftest import make_agent, member
 from tests.live_server import push_http

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from playwright.sync_api import Browser, Page, expect
 
-from tasks import profile
 from tasks.models import Interaction
+from tasks.wire import profile
 from tests.browser.conftest import caught_up
 from tests.builders import approval, status
 from tests.conftest import make_agent, member

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tasks import profile
 from tasks.models import Session
+from tasks.wire import profile
 from tests.builders import status
 from tests.conftest import make_agent, member
 from tests.live_server import push_http

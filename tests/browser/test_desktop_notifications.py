@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tasks import profile
 from tasks.models import Interaction, Session
+from tasks.wire import profile
 from tests.browser.conftest import CONSOLE, CONTEXT, TIMEOUT_MS, VIEWPORT, caught_up
 from tests.builders import approval, status
 from tests.conftest import make_agent, member

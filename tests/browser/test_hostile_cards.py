@@ -1,5 +1,5 @@
-"""The XSS corpus of tests/test_card_rendering.py, written through the real card API and
-rendered by a real browser: on the first page load (every vector as its own card on the
+"""The XSS corpus of tests/sessions/test_progress_card_rendering.py, written through the real card
+API and rendered by a real browser: on the first page load (every vector as its own card on the
 overview, and the session page) and through live swaps. Nothing may run: no dialog, no
 request to another host, no global set by a payload, no script the CSP had to block, no
 element or attribute that can run code left in a card after the browser parsed it."""
@@ -13,11 +13,11 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tasks.agents import new_api_token
+from tasks.answering.agents import new_api_token
 from tasks.models import Card, Session, digest
 from tests.conftest import RegisteredAgent, make_agent
 from tests.live_server import LiveServer
-from tests.test_card_rendering import CORPUS
+from tests.sessions.test_progress_card_rendering import CORPUS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

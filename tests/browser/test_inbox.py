@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tasks import profile
 from tasks.models import Interaction, Session
+from tasks.wire import profile
 from tests.browser.test_answering import open_as, sent_messages, waiting_session
 from tests.builders import approval, status
 from tests.conftest import make_agent, member

@@ -15,11 +15,11 @@ import pytest
 from playwright.sync_api import expect
 
 from tasks.models import Delivery, Interaction
+from tests.answering.test_a2a_peer import add_agent, wait_for
+from tests.answering.test_js_sdk_peer import assert_one_approval
 from tests.browser.test_answering import open_as
 from tests.conftest import member
 from tests.peers.js_peer import JsPeer
-from tests.test_a2a_peer import add_agent, wait_for
-from tests.test_js_sdk_peer import assert_one_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +41,7 @@ def landed(peer: JsPeer, push: dict) -> bool:
 
 
 # The longest browser test (about 8 s): CI runs it with the long checks; the same guarantee
-# without a browser (tests/test_js_sdk_peer.py) runs with every test command.
+# without a browser (tests/answering/test_js_sdk_peer.py) runs with every test command.
 @pytest.mark.slow
 def test_a_js_sdk_agents_republished_question_does_not_reopen_an_approval(
     browser, server, js_peer, ops, approvers

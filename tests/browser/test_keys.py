@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tasks import profile
 from tasks.models import Interaction, Session
+from tasks.wire import profile
 from tests.browser.test_answering import sent_messages
 from tests.builders import approval, status
 from tests.conftest import RegisteredAgent, make_agent, member

@@ -18,7 +18,7 @@ from django.test import Client
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect
 
-from tasks.agents import new_api_token
+from tasks.answering.agents import new_api_token
 from tasks.models import Card, Session, digest
 from tests.browser.conftest import remember_server
 from tests.builders import status

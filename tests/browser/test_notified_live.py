@@ -12,8 +12,8 @@ import pytest
 from playwright.sync_api import expect
 
 from tasks.models import Interaction
+from tasks.models.notify import Notification
 from tasks.notify import channels
-from tasks.notify.models import Notification
 from tests.builders import approval, status
 from tests.conftest import make_agent, member
 from tests.live_server import push_http

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tasks import profile
+from tasks.wire import profile
 from tests.browser.test_answering import open_as, sent_messages, waiting_session
 from tests.conftest import member
 from tests.peers.misbehaving_agent import ACCEPTED, MisbehavingAgent

@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
-from tasks import board
 from tasks.models import Message, Session, TaskState
+from tasks.sessions import board
 from tests.browser.conftest import caught_up
 from tests.conftest import NOW, make_agent, push
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tasks import profile
+from tasks.wire import profile
 from tests.browser.test_live_views import send
 from tests.builders import status
 from tests.conftest import make_agent

@@ -14,8 +14,8 @@ import pytest
 from django.test import Client
 from playwright.sync_api import Browser, Page, expect
 
-from tasks import profile
 from tasks.models import Session
+from tasks.wire import profile
 from tests.browser.conftest import CONTEXT, caught_up
 from tests.builders import approval, progress, status
 from tests.conftest import RegisteredAgent, make_agent, push

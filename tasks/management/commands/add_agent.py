@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.agents import AlreadyRegistered, OtherRpcOrigin, RegistrationError, register
+from tasks.answering.agents import AlreadyRegistered, OtherRpcOrigin, RegistrationError, register
 
 
 class Command(BaseCommand):

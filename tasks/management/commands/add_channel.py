@@ -2,8 +2,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from tasks.models.notify import NotificationChannel
 from tasks.notify.channels import ChannelError, add, parse_interval
-from tasks.notify.models import NotificationChannel
 
 Kind = NotificationChannel.Kind
 

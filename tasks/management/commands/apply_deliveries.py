@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks import applier, applier_process
-from tasks.worker import run_in_foreground
+from tasks.pushes import applier, process
+from tasks.runtime.loop import run_in_foreground
 
 
 class Command(BaseCommand):
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--child",
             action="store_true",
-            help="run as a server's applier process (tasks/applier_process.py): woken on "
+            help="run as a server's applier process (tasks/pushes/process.py): woken on "
             "stdin, answering on stdout; not for people",
         )
         parser.add_argument(
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         if poll <= 0:
             raise CommandError("--poll must be more than 0 seconds")
         if child:
-            applier_process.run_child()
+            process.run_child()
             return
         if once:
             applied = applier.drain()

@@ -27,10 +27,10 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks import a2a_client, agents
+from tasks.answering import a2a_client, agents
 from tasks.models import Agent
+from tasks.models.notify import NotificationChannel
 from tasks.notify import channels
-from tasks.notify.models import NotificationChannel
 
 ROOT = Path(settings.BASE_DIR)
 AGENT_NAME = "Example agent"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.notify import sender
-from tasks.worker import run_in_foreground
+from tasks.runtime.loop import run_in_foreground
 
 
 class Command(BaseCommand):

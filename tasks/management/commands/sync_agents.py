@@ -17,8 +17,9 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from tasks import protocol, sync
+from tasks.answering import sync
 from tasks.models import Agent
+from tasks.wire import protocol
 
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}

@@ -1,0 +1,414 @@
+"""The applier: applies the pushes the receiver kept (pending deliveries), in batches.
+
+One per server process: a process beside it (`ONLOOKER_APPLIER=process`, the default,
+process.py) or a thread in it (`background`), woken by every push it receives so a
+lone push is applied at once, and polling for what other processes received, for retries and
+for what a crash left pending. `python manage.py apply_deliveries` runs the same loop
+standalone (web processes then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`:
+on the request, after the delivery is committed, so a test's push is applied when its
+response arrives. On SQLite a batch first moves the pushes waiting in the inbox file into
+the database (spool.py), and clears them from the inbox once it has committed.
+
+A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
+LOCKED` on PostgreSQL, so processes never claim the same ones) with their agents, locks and
+loads the sessions, tasks and cards they go to in four queries, applies them in the order
+they were received, and derives every session it changed once, at the end (what deriving
+reads, read for all of them at once). Each of its statements is a round trip to
+PostgreSQL: they are counted. Its fragments are rendered once per batch however many of its
+pushes the batch held, and stored in one statement: on PostgreSQL in the batch's
+transaction, under the sessions' row locks; on SQLite after the batch commits (so pushes
+are not kept waiting for the one write lock while they render), in a short second
+transaction (fragments.py says how nothing stale is ever shown meanwhile). Browsers are
+hinted once they are stored. A session another process is applying (its row is locked) is skipped,
+not waited for: its deliveries stay pending for the next batch, so one session is never
+applied by two processes at once and two appliers never deadlock. Under load, a thin batch
+(about one delivery per session) is followed by a rest so the next holds more of each
+session's (`drain`), and a batch whose time is up still finishes the sessions it began;
+a lone push never waits.
+
+A batch is tried whole, without a savepoint per delivery; if anything in it raises, it is
+rolled back and applied again one delivery at a time, each in a savepoint: a delivery whose
+apply raises is then rolled back alone, kept with its error, and tried again with backoff;
+it never stops the rest of its batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from tasks.models import Agent, Card, Delivery, Session
+from tasks.pushes import ingest, process, spool
+from tasks.runtime.loop import Loop
+from tasks.runtime.writer import writing
+from tasks.sessions import changes, fragments, usage
+from tasks.wire import protocol
+
+log = logging.getLogger(__name__)
+
+BATCH = 500  # deliveries claimed at once
+# A batch holds SQLite's one write lock while it runs, and every push's 2xx waits for that
+# lock: a batch stops taking more deliveries after this long.
+BATCH_SECONDS = 0.04
+OVERTIME = 3  # how far past BATCH_SECONDS a batch goes on finishing the sessions it began
+# Under load (a batch of several), a thin batch (fewer than DENSE deliveries per session) is
+# followed by a rest as long as it took, GATHER_SECONDS at least (`drain`).
+DENSE = 2
+GATHER_SECONDS = 0.02
+POLL_SECONDS = 1.0  # how often an idle applier looks for work nobody woke it for
+MAX_BACKOFF = timedelta(hours=1)
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long after its `attempts`-th failure a delivery is tried again: 5 s, doubling."""
+    return min(timedelta(seconds=5 * 2 ** (attempts - 1)), MAX_BACKOFF)
+
+
+UNREAD = object()  # a changed session's card, when the batch did not keep it
+# A session the batch changed: the session, its agent's team, its card as committed (or UNREAD).
+Changed = tuple[Session, int | None, Card | None | object]
+
+
+@dataclass
+class Batch:
+    claimed: int = 0
+    applied: int = 0
+    failed: int = 0
+    # Left pending because another process is applying their session: try again soon.
+    deferred: int = 0
+    sessions: set[int] = field(default_factory=set)
+
+
+def apply_batch(
+    limit: int = BATCH,
+    seconds: float | None = None,
+    *,
+    only: int | None = None,
+    overtime: float | None = None,
+) -> Batch:
+    """Claim due pending deliveries and apply them, taking no more after `seconds` (default:
+    `BATCH_SECONDS` on SQLite, where a batch holds the one write lock; no limit elsewhere)
+    but those of sessions it began, for up to `overtime` seconds more (default: OVERTIME - 1
+    times `seconds`); see the module's docstring."""
+    batch = Batch()
+    if seconds is None and connection.vendor == "sqlite":
+        seconds = BATCH_SECONDS
+    if seconds is not None and overtime is None:
+        overtime = (OVERTIME - 1) * seconds
+    until = None if seconds is None else (seconds, seconds + overtime)
+    now = timezone.now()
+    with writing():
+        with transaction.atomic():
+            moved = spool.take(limit)
+            changed, published = _claim_and_apply(batch, limit, only, until, now)
+        # Committed: what it moved is the database's now. Cleared before another process's
+        # applier may take the inbox's pushes, so none is ever moved (or counted) twice.
+        try:
+            spool.clear(moved)
+        except Exception:  # noqa: BLE001 - the next move finds them moved and clears them
+            log.exception("could not clear %s moved pushes from the inbox", len(moved))
+    if not changed or published:
+        return batch
+    # Committed: the write lock is free for pushes while the fragments render.
+    rendered = fragments.render_many(*_renderable(changed))
+    if rendered:
+        try:
+            with writing():
+                fragments.store_rendered(rendered)
+        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
+            log.exception("could not store the fragments of a batch")
+    return batch
+
+
+def _claim_and_apply(
+    batch: Batch, limit: int, only: int | None, until: tuple[float, float] | None, now
+) -> tuple[dict[int, Changed], bool]:
+    """The batch's transaction, after its move from the inbox: claim, apply, derive; on
+    PostgreSQL, publish too. Returns the sessions it changed, and whether their fragments
+    are stored (else they are marked stale, to render once this commits)."""
+    postgresql = connection.vendor == "postgresql"
+    due = _due() if only is None else _due().filter(pk=only)
+    # Their agents in the same query (locking only the deliveries' rows).
+    claimed = list(
+        due.select_related("agent")
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("pk")[:limit]
+    )
+    batch.claimed = len(claimed)
+    if not claimed:
+        return {}, False
+    agents: dict[int, Agent] = {}
+    for delivery in claimed:  # one object per agent, shared by its sessions' fragments
+        delivery.agent = agents.setdefault(delivery.agent_id, delivery.agent)
+    published = False
+    try:
+        with transaction.atomic():
+            changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
+            # A failure to publish (or mark) them undoes the batch, applied alone below.
+            if changed and postgresql:
+                # Under the sessions' row locks, which only other writers of the same
+                # sessions wait for: no second transaction, nothing to check after it.
+                fragments.publish_batch(*_renderable(changed))
+                published = True
+            elif changed:  # SQLite: not while holding the one write lock every push needs
+                fragments.mark_stale(list(changed), savepoint=False)
+    except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
+        # One of its deliveries failed (or met a session another process holds):
+        # that one is found, and kept for a retry, one delivery at a time.
+        log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
+        batch.applied = batch.failed = batch.deferred = 0
+        changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
+        published = False
+        if changed:
+            fragments.mark_stale(list(changed))
+    batch.sessions = set(changed)
+    return changed, published
+
+
+def _renderable(changed: dict[int, Changed]) -> tuple[list, dict]:
+    """`changed` as fragments.render_many takes it: the sessions with their teams, and
+    the cards the batch kept."""
+    return (
+        [(session, team) for session, team, _ in changed.values()],
+        {pk: card for pk, (_, _, card) in changed.items() if card is not UNREAD},
+    )
+
+
+def _apply(
+    claimed: list[Delivery],
+    batch: Batch,
+    now,
+    *,
+    until: tuple[float, float] | None,
+    nowait: bool,
+    alone: bool = False,
+) -> dict[int, Changed]:
+    """Apply the claimed deliveries in order, then derive each changed session once. Any
+    error raises, for the caller to roll the batch back and apply it `alone`: each delivery
+    in a savepoint and its session derived with it, so a failure (to apply or to derive) is
+    that delivery's alone, kept and retried, and a session another process holds defers
+    only its deliveries. Savepoints are not free (two statements, two round trips on
+    PostgreSQL, per delivery), and deliveries seldom fail: the batch is tried whole first."""
+    locked = ingest.Locked(nowait=nowait)
+    locked.preload(claimed)
+    by_session: dict[int, list[ingest._Applier]] = {}
+    teams: dict[int, int | None] = {}
+    done: list[Delivery] = []
+    started = time.monotonic()
+    for delivery in claimed:
+        if until is not None and by_session and time.monotonic() - started > until[0]:
+            # Time is up, but a session's work after its deliveries (derive, render, store)
+            # costs several times one delivery: finish the sessions this batch has begun, so
+            # that work is shared by all of their claimed deliveries, and leave the others
+            # pending (and, once this commits, unlocked). Within limits: past until[1]
+            # seconds (OVERTIME × the time), or at a delivery whose session is not known
+            # yet (it may be one begun here: applying a later one first would reorder that
+            # session), the batch stops.
+            session_id = locked.session_of.get((delivery.agent_id, delivery.task_id))
+            if session_id is None or time.monotonic() - started > until[1]:
+                break
+            if session_id not in by_session:
+                continue
+        if locked.held(delivery):
+            batch.deferred += 1  # another process is applying its session
+            continue
+        if alone:
+            applied = _apply_alone(delivery, batch, now, locked)
+            if applied is None:
+                continue
+        else:
+            event = protocol.parse(delivery.body.encode())
+            applied = ingest.apply_delivery(delivery, event, locked, save=False)
+        batch.applied += 1
+        done.append(delivery)
+        if applied.session is not None:
+            by_session.setdefault(applied.session.pk, []).append(applied)
+            teams[applied.session.pk] = delivery.agent.team_id
+    if not alone:
+        ingest.record_outcomes(done)
+        # The batch's telemetry, one statement for all of it (none when it had none).
+        usage.record(a.grown for appliers in by_session.values() for a in appliers)
+    # What deriving reads, for all of the batch's sessions at once (a lone session's reads
+    # are prepared statements, cheaper than compiling these).
+    reads = changes.read_all(list(by_session)) if not alone and len(by_session) > 1 else {}
+    changed = {}
+    for session_id, appliers in by_session.items():
+        # Applied alone, a session was derived with each of its deliveries, some of which
+        # may have been rolled back since: its card is read once this commits.
+        card = UNREAD if alone else ingest.derive(appliers, reads.get(session_id))
+        session = appliers[-1].session
+        # Its fragments show its agent's name: the agent this batch loaded above, rather
+        # than a query per session when they render. A rename meanwhile stores them again,
+        # under the session's lock, once it commits (agents.changed); on SQLite,
+        # store_rendered also stores them only if the name is still the one they show.
+        if session.agent_id == appliers[-1].agent.pk:
+            session.agent = appliers[-1].agent
+        changed[session_id] = (session, teams[session_id], card)
+    if not alone:
+        locked.timeline.write()  # the whole batch's entries, in one INSERT
+    return changed
+
+
+def _apply_alone(
+    delivery: Delivery, batch: Batch, now, locked: ingest.Locked
+) -> ingest._Applier | None:
+    """One delivery in its own savepoint, its session derived with it; None if it was
+    rolled back (failed, and marked for a retry, or deferred)."""
+    try:
+        with transaction.atomic():
+            event = protocol.parse(delivery.body.encode())
+            applied = ingest.apply_delivery(delivery, event, locked)
+            usage.record([applied.grown])  # in its savepoint: rolled back with it
+            if applied.session is not None:
+                ingest.derive([applied])
+            locked.timeline.write()
+    except OperationalError as error:
+        locked.forget()
+        if changes.held(error):
+            batch.deferred += 1
+        else:
+            _failed(delivery, error, now)
+            batch.failed += 1
+        return None
+    except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
+        locked.forget()
+        _failed(delivery, error, now)
+        batch.failed += 1
+        return None
+    return applied
+
+
+def _failed(delivery: Delivery, error: Exception, now) -> None:
+    attempts = delivery.attempts + 1
+    log.error(
+        "delivery %s (agent %s) not applied, attempt %s: %s",
+        delivery.pk,
+        delivery.agent_id,
+        attempts,
+        error,
+        exc_info=error,
+    )
+    Delivery.objects.filter(pk=delivery.pk).update(
+        attempts=F("attempts") + 1,
+        last_error=f"{type(error).__name__}: {error}"[:2000],
+        retry_at=now + backoff(attempts),
+    )
+
+
+def retry_now(deliveries) -> int:
+    """Have pending deliveries (a queryset) applied now rather than at their next retry, say
+    once what made them fail is fixed; returns how many."""
+    count = deliveries.filter(outcome=Delivery.Outcome.PENDING).update(retry_at=None)
+    wake()
+    return count
+
+
+def drain(*, gather: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Apply batches until nothing due is left; returns how many deliveries were applied.
+
+    `gather`: after a thin batch of several deliveries (pushes are arriving faster than
+    one at a time, but the batch held fewer than `DENSE` per session), rest as long as the
+    batch took, and at least `gather`, before the next, so it holds more of each session's.
+    A batch's cost is mostly per session (deriving, rendering and storing fragments: several
+    times one delivery's), not per delivery: applied one or two at a time, pushes spread
+    over many sessions cost three times the CPU each, taken from acknowledging (the
+    receiver shares the applier's core as a thread, and the write lock on SQLite in any
+    mode). Resting as long as it worked keeps the applier to half its time while batches
+    are thin; as pushes wait, batches thicken and the rests stop, so a backlog does not grow
+    without bound. A lone push never waits: its
+    batch is one delivery."""
+    applied = waits = 0
+    while True:
+        started = time.monotonic()
+        batch = apply_batch()
+        took = time.monotonic() - started
+        applied += batch.applied
+        if batch.applied or batch.failed:
+            waits = 0
+            thin = batch.applied < DENSE * len(batch.sessions)
+            if gather and batch.claimed >= 2 and thin:
+                sleep(max(gather, took))
+            continue
+        # Nothing claimed, or only deliveries of sessions another process is applying. Due
+        # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
+        # counted on its row, another applier finishing): look again shortly, a few times,
+        # then leave them to the next poll.
+        if (batch.claimed or _due().exists()) and waits < 20:
+            waits += 1
+            time.sleep(0.01)
+            continue
+        return applied
+
+
+def _due():
+    return Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
+        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now())
+    )
+
+
+class Background(Loop):
+    """The process's applier thread: `wake()` after committing a delivery. Its first step
+    applies what a crash left pending: nothing woke anyone for it."""
+
+    name = "onlooker-applier"
+
+    def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
+        super().__init__(poll_seconds)
+        self.failure_pause = min(poll_seconds, 1.0)
+
+    def step(self) -> None:
+        drain(gather=GATHER_SECONDS)
+
+
+background = Background()
+
+
+def start() -> None:
+    """Start this process's applier, as a thread or as a process beside it, if the settings
+    say so (the ASGI app calls this when it is loaded)."""
+    mode = settings.ONLOOKER_APPLIER
+    if mode == "background":
+        background.start()
+    elif mode == "process":
+        process.supervisor.start()
+
+
+def wake(delivery_id: int | None = None) -> None:
+    """A delivery was committed (`delivery_id`, or some): have it applied."""
+    mode = settings.ONLOOKER_APPLIER
+    if mode == "process":
+        process.supervisor.start()  # already running, unless not the ASGI app
+        process.supervisor.wake()
+    elif mode == "background":
+        background.start()  # already running, unless this process is not the ASGI app
+        background.wake()
+    elif mode == "inline":
+        try:
+            if delivery_id is None:
+                drain()
+            else:
+                _apply_one(delivery_id)
+        except Exception:  # noqa: BLE001 - the delivery is kept; the next wake applies it
+            log.exception("could not apply pending deliveries")
+
+
+def _apply_one(delivery_id: int) -> None:
+    """Inline: apply the delivery just received, by its key, rather than scan for what is
+    due (a test's one long transaction keeps every row it ever updated in that scan)."""
+    pending = Delivery.objects.filter(pk=delivery_id, outcome=Delivery.Outcome.PENDING)
+    for _ in range(50):
+        batch = apply_batch(only=delivery_id)
+        if batch.applied or batch.failed or not pending.exists():
+            return
+        # Its row is held for a moment (a duplicate being counted on it), or its session is
+        # (another request applying to it): try again shortly.
+        time.sleep(0.01)
+    drain()  # held longer than that: whatever is due now, this one included

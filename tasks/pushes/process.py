@@ -1,0 +1,175 @@
+"""The applier in a process of its own beside each server (`ONLOOKER_APPLIER=process`, the
+default).
+
+Why a process: one Python process runs Python on one core at a time. Keeping a push (the
+receiver) and applying it (the applier) each cost about as much CPU, so as two threads of one
+server they took turns on one core while the machine's others idled, and every push's 2xx
+waited for the applier's turn to end. As two processes each has a core.
+
+The server starts the child when its ASGI app loads (`start`) and wakes it after each push it
+keeps (`wake`: a byte on the child's stdin, never waited for). The child answers on its
+stdout, one JSON line per message: a hint for browsers, which the server sends as its own
+through its coalescer and channel layer (the child has no sockets, and on the embedded default
+no channel layer the server's sockets hear), or "notifications were queued", so the server's
+sender looks now. A child that dies is started again after a pause, and applies what was
+pending when it starts. When the server exits, however it exits (SIGKILL included), the
+child's stdin closes: it finishes the batch in hand and exits, so no applier outlives its
+server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+RESTART_SECONDS = 1.0  # after the child died, before it is started again
+STOP_SECONDS = 5.0  # how long the child, its server gone, gives the batch in hand
+
+
+class Supervisor:
+    """The server's side: starts the child, wakes it, hears it, starts it again if it dies."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._supervise, name="onlooker-applier-supervisor", daemon=True
+            )
+            self._thread.start()
+
+    def wake(self) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return  # starting: it applies what is pending when it starts
+        # Full: it has wakes enough to read. Gone: it is started again, and applies what is
+        # pending then.
+        with contextlib.suppress(ValueError, OSError):
+            os.write(process.stdin.fileno(), b".")
+
+    def _spawn(self) -> subprocess.Popen:
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        # "external" in the child: nothing there starts or wakes another applier.
+        env = {**os.environ, "ONLOOKER_APPLIER": "external"}
+        # Our own interpreter and manage.py: nothing in the command comes from outside.
+        process = subprocess.Popen(  # noqa: S603
+            [sys.executable, str(manage), "apply_deliveries", "--child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            # Its logs (stderr) go where the server's go.
+        )
+        assert process.stdin is not None
+        os.set_blocking(process.stdin.fileno(), False)
+        return process
+
+    def _supervise(self) -> None:
+        # Nothing stops this loop: the server's end ends it, and closing the child's stdin
+        # with it ends the child.
+        while True:
+            try:
+                process = self._spawn()
+            except OSError:
+                log.exception("could not start the applier process; trying again")
+                time.sleep(RESTART_SECONDS)
+                continue
+            self._process = process
+            assert process.stdout is not None
+            for line in process.stdout:
+                self._hear(line)
+            code = process.wait()
+            log.error("the applier process exited (%s); starting it again", code)
+            time.sleep(RESTART_SECONDS)
+
+    def _hear(self, line: bytes) -> None:
+        # Imported here: these need the app registry, which is ready by the time the child
+        # speaks but not always when this module is imported.
+        from tasks.live import broadcast
+        from tasks.notify import sender
+
+        try:
+            said = json.loads(line)
+            if "hint" in said:
+                broadcast.hint(*said["hint"])
+            elif "notice" in said:
+                broadcast.notice(*said["notice"])
+            elif "send" in said:
+                sender.wake()
+        except Exception:  # noqa: BLE001 - one bad line must not stop hearing the rest
+            log.exception("could not act on a line from the applier process: %.200r", line)
+
+
+supervisor = Supervisor()
+
+
+# -- the child ------------------------------------------------------------------------------
+
+
+class _Voice:
+    """The child's stdout, one JSON line per message, whichever thread speaks."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+
+    def say(self, kind: str, *args: object) -> None:
+        line = json.dumps({kind: args}, separators=(",", ":")).encode() + b"\n"
+        with self.lock:
+            try:
+                self.out.write(line)
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the server is gone: the stdin listener stops this process
+
+
+def run_child() -> None:
+    """`manage.py apply_deliveries --child`: the applier loop, woken by bytes on stdin and
+    stopped by its end (or SIGTERM), speaking to its server on stdout."""
+    from tasks.live import broadcast
+    from tasks.notify import sender
+    from tasks.pushes import applier
+
+    voice = _Voice(sys.stdout.buffer)
+    broadcast.relay_to(lambda kind, *args: voice.say(kind, *args))
+    sender.relay_wakes_to(lambda: voice.say("send", True))
+    loop = applier.Background()
+
+    def listen() -> None:
+        stdin = sys.stdin.fileno()
+        while True:
+            try:
+                if not os.read(stdin, 4096):
+                    break
+            except OSError:
+                break
+            loop.wake()
+        loop.stop(STOP_SECONDS)  # the server is gone: finish the batch in hand, then exit
+
+    gc.freeze()  # as the server does (dashboard/asgi.py): shorter full collections
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    # Ctrl-C in a terminal reaches the whole process group: the server stops on it, and this
+    # process then on its stdin's end, after its batch, rather than with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loop.start()
+    threading.Thread(target=listen, name="onlooker-applier-stdin", daemon=True).start()
+    while loop.running:
+        loop.join(1.0)

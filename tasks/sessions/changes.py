@@ -1,0 +1,164 @@
+"""The one "session changed" step, taken by every writer of a session (the applier, answers,
+the card API, an agent's rename):
+
+1. lock the session row, first, always: everything under it (tasks, interactions, the
+   transcript, the card) is then serialized by that one lock, in one lock order;
+2. change what is under it;
+3. derive the session's state, card and searchable text from its tasks (`derive`);
+4. store its fragments and hint browsers after commit (`publish`).
+
+Sessions are created only by `open_session`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import OperationalError, connection
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+
+from tasks.models import NEWEST_OPEN_ORDER, Agent, Interaction, Session, Task
+from tasks.runtime import prepared
+from tasks.sessions import fragments, progress_card, search
+from tasks.sessions import timeline as history
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for NOWAIT finding a lock taken
+
+
+class Held(OperationalError):
+    """Another transaction is creating this session: try again once it has committed."""
+
+
+def held(error: OperationalError) -> bool:
+    """Whether a `nowait` lock failed because another transaction holds the row (or is
+    creating it)."""
+    return isinstance(error, Held) or getattr(error.__cause__, "sqlstate", None) == (
+        LOCK_NOT_AVAILABLE
+    )
+
+
+def open_session(agent: Agent, context_id: str, *, at: datetime, nowait: bool = False) -> Session:
+    """The agent's session for a context, created if new, locked."""
+    session = Session.objects.filter(agent=agent, context_id=context_id).first()
+    if session is None:
+        _creating(agent, context_id, nowait=nowait)
+        session, _ = Session.objects.get_or_create(
+            agent=agent, context_id=context_id, defaults={"updated_at": at}
+        )
+    return lock(session.pk, nowait=nowait)
+
+
+def _creating(agent: Agent, context_id: str, *, nowait: bool) -> None:
+    """On PostgreSQL, one transaction at a time creates a given session: a second one's
+    INSERT would wait on the first's uncommitted row in the unique index, and two appliers
+    each creating a session and a task the other had just created deadlocked. An advisory
+    lock on (agent, context) for the rest of the transaction: `nowait` raises Held (the
+    applier defers the delivery) rather than wait. A hash collision only serializes two
+    creations that needed not be."""
+    if connection.vendor != "postgresql":
+        return  # SQLite has one writer at a time
+    agent_key = agent.pk % 2**31  # both int4
+    key = zlib.crc32(context_id.encode("utf-8", "surrogatepass")) - 2**31
+    with connection.cursor() as cursor:
+        if nowait:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [agent_key, key])
+            if not cursor.fetchone()[0]:
+                raise Held(f"session {context_id!r} of agent {agent.pk} is being created")
+        else:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [agent_key, key])
+
+
+def lock(session_id: int, *, nowait: bool = False) -> Session:
+    """Lock a session's row for the rest of the transaction. `nowait`: raise instead of
+    waiting when another process holds it (an applier then leaves its deliveries for later
+    rather than queue behind, or deadlock with, another applier)."""
+    return Session.objects.select_for_update(nowait=nowait).get(pk=session_id)
+
+
+def lock_all(session_ids: set[int], *, skip_locked: bool = False) -> list[Session]:
+    """Lock several sessions' rows at once, in one order (by id), so two writers locking
+    overlapping sets never deadlock. `skip_locked`: leave out (rather than wait for) those
+    another transaction holds."""
+    sessions = Session.objects.select_for_update(skip_locked=skip_locked)
+    return list(sessions.filter(pk__in=session_ids).order_by("pk"))
+
+
+def derive(
+    session: Session,
+    *,
+    updated_at: datetime | None = None,
+    timeline: history.Pending | None = None,
+    card: Any = progress_card.NOT_READ,
+    read: Read | None = None,
+) -> progress_card.Written:
+    """The session's state, whether it needs a person, its title and its card, from what is
+    stored under it now. Call under its lock, after the change. A new card revision is a
+    timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now.
+    `card`: the session's card (or None), and `read`, what else it reads, when the caller
+    read them under the lock."""
+    if read is None:
+        tasks = progress_card.recent_tasks(
+            session
+        )  # the newest turns hold everything the card shows
+        waiting = session.derive_state(tasks)
+    else:
+        tasks = read.tasks
+        waiting = session.derive_state(tasks, read.waiting)
+    fields = ("state", "needs_human", "title")
+    if updated_at is not None:
+        session.updated_at = updated_at
+        fields += ("updated_at",)
+    prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
+    written = progress_card.from_session(session, tasks, question=waiting, card=card)
+    if written.changed:
+        if timeline is not None:
+            timeline.card(session, written.card)
+        else:
+            history.card_written(session, written.card)
+    search.keep(session, written.card)  # writes only if its title, plan or note changed
+    return written
+
+
+@dataclass(frozen=True)
+class Read:
+    """What deriving a session reads: its newest tasks, newest first, and its newest open
+    interaction (with its task's state as `task_state`), or None."""
+
+    tasks: list[Task]
+    waiting: Interaction | None
+
+
+def read_all(session_ids: list[int]) -> dict[int, Read]:
+    """What `derive` reads, for many sessions in two queries rather than two per session
+    (the applier's batch). Call under their locks, once their changes are made: deriving a
+    session changes neither its tasks nor its interactions."""
+    newest = Window(
+        RowNumber(), partition_by=[F("session_id")], order_by=progress_card.recent_first()
+    )
+    ranked = (
+        Task.objects.filter(session_id__in=session_ids)
+        .annotate(turn=newest)
+        .filter(turn__lte=progress_card.RECENT_TASKS)
+    )
+    tasks: dict[int, list[Task]] = {pk: [] for pk in session_ids}
+    for task in sorted(ranked, key=lambda t: (t.session_id, t.turn)):
+        tasks[task.session_id].append(task)
+    waiting: dict[int, Interaction] = {}
+    open_ones = (
+        Interaction.objects.filter(task__session_id__in=session_ids, state=Interaction.State.OPEN)
+        .annotate(task_state=F("task__state"), session_of=F("task__session_id"))
+        .order_by(*NEWEST_OPEN_ORDER)
+    )
+    for interaction in open_ones:
+        waiting.setdefault(interaction.session_of, interaction)  # the first is the newest
+    return {pk: Read(tasks[pk], waiting.get(pk)) for pk in session_ids}
+
+
+def publish(session: Session, *, team_id: int | None) -> None:
+    """The last step of a change: fragments stored with it, browsers hinted after commit.
+    A batch of changes to one session publishes once."""
+    fragments.changed(session, team_id=team_id)

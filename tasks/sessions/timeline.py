@@ -1,0 +1,350 @@
+"""A session's timeline: every state each of its tasks entered and for how long, the
+decisions people made, the card's revisions and the artifact versions, in time order. The
+one writer of `TimelineEntry` rows, and their one reader.
+
+Writing. The applier applies many pushes in one transaction: their entries are gathered in a
+`Pending` (one per batch, on `ingest.Locked`) and inserted with one bulk INSERT when the
+batch (or, applied alone, its delivery's savepoint) is done, so a push costs no query of its
+own here. Answers and dismissals (answers.py) and card-API writes are one person's action
+each: their entry is inserted at once, in the action's transaction.
+
+- state: a current status whose state differs from the task's stored one, or a task's first
+  status (statuses older than the stored one, and any after a final state, change no state);
+- card: a derive (or a card-API write) that wrote a new revision: one entry per revision,
+  so a batch of pushes that changed the card once leaves one entry, not one per push;
+- artifact: a new artifact version (not its later chunks);
+- answer: a decision the agent confirmed, or a question a person dismissed.
+
+Order is Onlooker's clock (`at`: when the push was received, or the answer recorded), then
+insertion; the agent's own status timestamp is kept as `agentTimestamp`, since agents' clocks
+can skew.
+
+Reading (`of_session`): the newest `LIMIT` entries, oldest first. A state entry lasts until
+its task's next state entry. The last one of a task: a final state (completed, failed,
+canceled, rejected) has no duration (`durationSeconds` null, `ongoing` false); any other is
+still going on (`durationSeconds` up to now, `ongoing` true).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+
+from tasks.models import TERMINAL_STATES, Artifact, Card, Interaction, Session, Task, states
+from tasks.models.timeline import TimelineEntry
+
+Kind = TimelineEntry.Kind
+LIMIT = 1_000  # entries one read returns: the newest
+TEXT_CHARS = 200  # of a name, an id or an answer kept in an entry
+PAGE_ITEMS = 100  # entries the session page lists (its bars show every state read)
+
+
+def _short(text: Any) -> str:
+    text = text if isinstance(text, str) else str(text)
+    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
+
+
+def _iso(at: datetime | None) -> str | None:
+    """As the JSON API writes times ("…T12:00:50.250Z")."""
+    return DjangoJSONEncoder().default(at) if at is not None else None
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """Entries of one batch (or one delivery), inserted together by `write`."""
+
+    entries: list[TimelineEntry] = field(default_factory=list)
+
+    def state(
+        self, task: Task, state: str, *, at: datetime, agent_timestamp: datetime | None
+    ) -> None:
+        self.entries.append(
+            TimelineEntry(
+                session_id=task.session_id,
+                task=task,
+                at=at,
+                kind=Kind.STATE,
+                state=state,
+                data={"agentTimestamp": _iso(agent_timestamp)},
+            )
+        )
+
+    def artifact(self, artifact: Artifact) -> None:
+        self.entries.append(_artifact_entry(artifact))
+
+    def card(self, session: Session, card: Card | None) -> None:
+        if card is not None:
+            self.entries.append(_card_entry(session, card))
+
+    def write(self) -> None:
+        if self.entries:
+            TimelineEntry.objects.bulk_create(self.entries)
+            self.entries = []
+
+    def drop(self) -> None:
+        """What was gathered was rolled back with its delivery."""
+        self.entries = []
+
+
+def _artifact_entry(artifact: Artifact) -> TimelineEntry:
+    files = artifact.files if isinstance(artifact.files, dict) else {}
+    version = files.get("version", artifact.sequence)
+    if not isinstance(version, int | str) or isinstance(version, bool):
+        version = artifact.sequence
+    return TimelineEntry(
+        session_id=artifact.task.session_id,
+        task=artifact.task,
+        at=artifact.received_at,
+        kind=Kind.ARTIFACT,
+        data={
+            "artifactId": _short(artifact.artifact_id),
+            "name": _short(artifact.name),
+            "version": _short(version) if isinstance(version, str) else version,
+        },
+    )
+
+
+def _card_entry(session: Session, card: Card) -> TimelineEntry:
+    return TimelineEntry(
+        session_id=session.pk, at=card.updated_at, kind=Kind.CARD, revision=card.revision
+    )
+
+
+def card_written(session: Session, card: Card | None) -> None:
+    """A card-API write (or a derive outside the applier) wrote revision `card.revision`."""
+    if card is not None:
+        _card_entry(session, card).save()
+
+
+def answered(interaction: Interaction, *, at: datetime) -> None:
+    """The agent confirmed a person's decision (`interaction` as claimed: its answer and
+    who made it loaded)."""
+    _decision(interaction, interaction.answered_by, at, interaction.decision_name, False)
+
+
+def dismissed(interaction: Interaction, user: Any, *, at: datetime, because: str) -> None:
+    _decision(interaction, user, at, f"dismissed: {because}", True)
+
+
+def _decision(interaction: Interaction, user: Any, at: datetime, answer: str, dismissed: bool):
+    TimelineEntry.objects.create(
+        session_id=interaction.task.session_id,
+        task_id=interaction.task_id,
+        at=at,
+        kind=Kind.ANSWER,
+        actor=user,
+        data={
+            "by": _short(user.get_username()) if user else None,
+            "answer": _short(answer),
+            "interaction": interaction.pk,
+            "interactionId": _short(interaction.interaction_id),
+            "dismissed": dismissed,
+        },
+    )
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Item:
+    """One entry as shown: the JSON the API gives, and what the page needs beside it."""
+
+    entry: TimelineEntry
+    task_id: str | None  # the agent's taskId
+    duration: float | None = None
+    ongoing: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def at(self) -> datetime:
+        return self.entry.at
+
+    @property
+    def data(self) -> dict:
+        return self.entry.data if isinstance(self.entry.data, dict) else {}
+
+    @property
+    def shown_state(self) -> states.Shown:
+        return states.shown(self.entry.state)
+
+    @property
+    def duration_words(self) -> str:
+        return duration_words(self.duration)
+
+    @property
+    def words(self) -> str:
+        """What happened, in a line."""
+        entry, data = self.entry, self.data
+        if entry.kind == Kind.STATE:
+            return self.shown_state.words
+        if entry.kind == Kind.ANSWER:
+            return f"{data.get('by') or 'someone'}: {data.get('answer') or ''}"
+        if entry.kind == Kind.CARD:
+            return f"Card revision {entry.revision}"
+        name = data.get("name") or data.get("artifactId") or ""
+        return f"Artifact {name} (version {data.get('version')})"
+
+    def as_json(self) -> dict:
+        entry, data = self.entry, self.data
+        shown: dict[str, Any] = {"at": entry.at, "kind": entry.kind, "taskId": self.task_id}
+        if entry.kind == Kind.STATE:
+            shown.update(
+                state=entry.state,
+                durationSeconds=None if self.duration is None else round(self.duration, 3),
+                ongoing=self.ongoing,
+                agentTimestamp=data.get("agentTimestamp"),
+            )
+        elif entry.kind == Kind.ANSWER:
+            shown.update(
+                by=data.get("by"),
+                answer=data.get("answer"),
+                interaction=data.get("interaction"),
+                interactionId=data.get("interactionId"),
+                dismissed=bool(data.get("dismissed")),
+            )
+        elif entry.kind == Kind.CARD:
+            shown["revision"] = entry.revision
+        elif entry.kind == Kind.ARTIFACT:
+            shown.update(
+                artifactId=data.get("artifactId"),
+                name=data.get("name"),
+                version=data.get("version"),
+            )
+        if data.get("backfilled"):
+            shown["backfilled"] = True  # reconstructed when the timeline was introduced
+        return shown
+
+
+@dataclass
+class Segment:
+    """One state's interval on a task's bar, in the SVG's units (formatted here, so no
+    locale ever writes "12,5" into an attribute)."""
+
+    x: str
+    width: str
+    tone: str
+    title: str
+
+
+@dataclass
+class Bar:
+    task: Task
+    segments: list[Segment]
+
+
+@dataclass
+class Timeline:
+    items: list[Item]  # oldest first
+    truncated: bool  # older entries exist than these
+    bars: list[Bar]
+    start: datetime | None
+    end: datetime | None
+
+    def as_json(self) -> list[dict]:
+        return [item.as_json() for item in self.items]
+
+    @property
+    def shown_items(self) -> list[Item]:
+        """The page's list: the newest PAGE_ITEMS, oldest first (the API gives them all)."""
+        return self.items[-PAGE_ITEMS:]
+
+    @property
+    def limit(self) -> int:
+        return LIMIT
+
+
+BAR_WIDTH = 1000  # the SVG's viewBox units across the session's span
+MIN_SEGMENT = 2.0  # a state that lasted an instant still shows
+
+
+def of_session(
+    session: Session, *, now: datetime | None = None, limit: int | None = None
+) -> Timeline:
+    """The session's newest `limit` entries, oldest first, with each state's duration, and
+    one bar per task across the span they cover. Two queries however long the history."""
+    now = now or timezone.now()
+    limit = limit or LIMIT
+    rows = list(
+        TimelineEntry.objects.filter(session=session)
+        .select_related("actor")
+        .order_by("-at", "-id")[: limit + 1]
+    )
+    truncated = len(rows) > limit
+    rows = rows[:limit]
+    rows.reverse()
+    tasks = Task.objects.in_bulk({row.task_id for row in rows if row.task_id is not None})
+    items = [
+        Item(row, task_id=tasks[row.task_id].task_id if row.task_id in tasks else None)
+        for row in rows
+    ]
+    last_state: dict[int, Item] = {}
+    for item in items:
+        if item.kind != Kind.STATE or item.entry.task_id is None:
+            continue
+        previous = last_state.get(item.entry.task_id)
+        if previous is not None:
+            previous.duration = _seconds(item.at - previous.at)
+        last_state[item.entry.task_id] = item
+    for item in last_state.values():
+        if item.entry.state not in TERMINAL_STATES:
+            item.ongoing = True
+            item.duration = _seconds(max(now - item.at, timedelta(0)))
+    if not items:
+        return Timeline(items, truncated, [], None, None)
+    # The bars span the entries, not up to now: a page shows the same bars until the session
+    # changes (and its activity is refetched); a state still going on reaches the right end.
+    start, end = items[0].at, items[-1].at
+    bars = _bars(items, tasks, start, end)
+    return Timeline(items, truncated, bars, start, end)
+
+
+def _seconds(delta: timedelta) -> float:
+    return delta.total_seconds()
+
+
+def _bars(items: list[Item], tasks: dict[int, Task], start: datetime, end: datetime) -> list[Bar]:
+    span = max((end - start).total_seconds(), 1e-6)
+    segments: dict[int, list[Segment]] = {}
+    for item in items:
+        if item.kind != Kind.STATE or item.entry.task_id not in tasks:
+            continue
+        x = (item.at - start).total_seconds() / span * BAR_WIDTH
+        # Still going on: to the right end. A final state has no length: a mark.
+        width = BAR_WIDTH - x if item.ongoing else (item.duration or 0.0) / span * BAR_WIDTH
+        width = max(MIN_SEGMENT, min(width, BAR_WIDTH - x))
+        x = min(x, BAR_WIDTH - width)
+        shown = item.shown_state
+        title = f"{shown.words} from {timezone.localtime(item.at):%H:%M:%S}"
+        if item.ongoing:
+            title += ", still going on"
+        elif item.duration is not None:
+            title += f", {duration_words(item.duration)}"
+        segments.setdefault(item.entry.task_id, []).append(
+            Segment(f"{x:.2f}", f"{width:.2f}", shown.tone, title)
+        )
+    return [Bar(tasks[pk], found) for pk, found in segments.items()]
+
+
+def duration_words(seconds: float | None) -> str:
+    """'0.4 s', '42 s', '3 min 5 s', '2 h 10 min'; '' for none."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"

@@ -1,0 +1,139 @@
+"""The applier in a process of its own beside each server (tasks/pushes/process.py): a real
+daphne, run as people run it, starts one; it applies what the server keeps, is started again
+if it dies, and never outlives its server, even one killed with SIGKILL. Its hints reach the
+server's sockets through the server (the browser tests see pushes arrive live through it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+from django.test import override_settings
+
+from tasks.live import broadcast
+from tasks.pushes import process
+from tests import listening
+from tests.pushes import test_durability as durability
+from tests.pushes.test_durability import CREATE_ENDPOINT, applied_store, make_push, send
+
+# A project run in a child process against a store of its own (test_durability.py's).
+child_database_url = durability.child_database_url
+child = durability.child
+
+DEADLINE = 15.0
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def appliers_of(pid: int) -> list[int]:
+    """The server's children that are its applier process."""
+    found = []
+    for child_pid in children(pid):
+        try:
+            command = Path(f"/proc/{child_pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"apply_deliveries" in command and b"--child" in command:
+            found.append(child_pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent has not waited for it yet
+
+
+def wait_for(check, what: str, timeout: float = DEADLINE):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_server_applies_in_its_applier_process_which_is_started_again_and_ends_with_it(
+    child,
+):
+    child.run("manage.py", "migrate", "--no-input")
+    endpoint = child.python(CREATE_ENDPOINT)
+    server, base = child.start_server("server")
+    (first,) = wait_for(lambda: appliers_of(server.pid), "no applier process started")
+
+    with httpx.Client(timeout=10) as client:
+        answer = send(client, base, endpoint["public_id"], endpoint["bearer"], make_push(0, 1, "p"))
+        assert answer.status_code == 200 and answer.json()["outcome"] == "accepted", answer.text
+        store = applied_store(child, timeout=DEADLINE)
+        assert store["tasks"] == [["task-msg_p_0_1", "TASK_STATE_WORKING"]]
+
+        # An applier process that dies is started again, and applies what was kept meanwhile.
+        os.kill(first, signal.SIGKILL)
+        answer = send(client, base, endpoint["public_id"], endpoint["bearer"], make_push(0, 2, "p"))
+        assert answer.status_code == 200, answer.text
+    (second,) = wait_for(
+        lambda: [pid for pid in appliers_of(server.pid) if pid != first and alive(pid)],
+        "the applier process was not started again",
+    )
+    store = applied_store(child, timeout=DEADLINE)
+    assert [outcome for _, _, outcome in store["deliveries"]] == ["applied", "applied"]
+    assert "applier process exited" in child.log("server")  # the server said so
+
+    # However the server ends (here: SIGKILL, no chance to clean up), its applier ends too.
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(timeout=5)
+    wait_for(lambda: not alive(second), "the applier process outlived its server")
+
+
+def test_a_hint_the_applier_process_sends_goes_out_from_the_server(settings):
+    """The child writes a hint as a line; the server sends it through its channel layer to
+    the session's groups, as if it had made it."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    channel = async_to_sync(listening.join)(layer)
+    broadcast.coalescer.clear()
+    message = {"type": "session.changed", "session": 41, "revision": 3, "updatedAt": "t1"}
+    line = json.dumps({"hint": [41, None, message]}).encode() + b"\n"
+
+    process.Supervisor()._hear(line)
+
+    received = async_to_sync(listening.first)(layer, channel, [broadcast.session_group(41)])
+    assert received["groups"] == [broadcast.team_group(None), broadcast.session_group(41)]
+    assert json.loads(received["text"])["revision"] == 3
+
+
+def test_in_the_applier_process_hints_and_notification_wakes_go_to_the_server():
+    from tasks.notify import sender
+
+    said = []
+    try:
+        broadcast.relay_to(lambda kind, *args: said.append((kind, *args)))
+        sender.relay_wakes_to(lambda: said.append(("send",)))
+        with override_settings(ONLOOKER_NOTIFIER="background"):
+            broadcast.hint(7, 2, {"revision": 1})
+            broadcast.notice(7, 2, {"notified": "t"})
+            sender.wake()
+    finally:
+        broadcast.relay_to(None)
+        sender.relay_wakes_to(None)
+    assert said == [
+        ("hint", 7, 2, {"revision": 1}),
+        ("notice", 7, 2, {"notified": "t"}),
+        ("send",),
+    ]
+    assert not sender.background.running, "a sender was started in the applier's process"

@@ -1,0 +1,156 @@
+"""A prepared read (tasks/runtime/prepared.py) gives exactly what the QuerySet it stands for gives:
+the same rows in the same order, JSON decoded and timestamps aware (an annotation's too), on
+either database; the key goes where the QuerySet filtered by it, beside its other
+parameters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.test import Client
+
+from tasks.models import Card, Interaction, Message, Session, Task
+from tasks.runtime import prepared
+from tasks.runtime.prepared import Prepared
+from tasks.wire import profile
+from tests.builders import approval, progress, status
+from tests.conftest import push
+
+
+def fields(rows, *extra: str) -> list[dict]:
+    return [
+        {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields}
+        | {name: getattr(row, name) for name in extra}
+        for row in rows
+    ]
+
+
+def test_a_prepared_read_gives_what_its_queryset_gives(token_agent):
+    plan = progress(("Read the logs", "completed"), ("Fix it", "in_progress"))
+    telemetry = {profile.TELEMETRY: {"steps": 3, "costUsd": 0.25, "traceId": "t-1"}}
+    for body in (
+        status("WORKING", task="t-1", at=1, text="Reading **logs**", metadata=plan),
+        status("COMPLETED", task="t-1", at=2, text="Done", metadata=telemetry),
+        status("AUTH_REQUIRED", task="t-2", at=3, metadata=approval("i-1", "Ship v2?")),
+        status("WORKING", task="t-3", text="Undated"),
+    ):
+        assert push(Client(), token_agent, body).status_code == 200
+    session = Session.objects.get()
+
+    def tasks(session_id):
+        return (
+            Task.objects.filter(session_id=session_id)
+            .annotate(at=Coalesce("status_timestamp", "status_received_at"))
+            .order_by("-at", "-id")
+        )
+
+    def waiting(session_id):
+        return (
+            Interaction.objects.filter(task__session_id=session_id, state=Interaction.State.OPEN)
+            .annotate(task_state=F("task__state"))
+            .order_by("-opened_at", "-id")
+        )
+
+    def card(session_id):
+        return Card.objects.filter(session_id=session_id)
+
+    for build, extra in ((tasks, ("at",)), (waiting, ("task_state",)), (card, ())):
+        prepared = Prepared(build)
+        expected = fields(build(session.pk), *extra)
+        assert expected  # something to compare
+        assert fields(prepared(session.pk), *extra) == expected
+        assert fields(prepared(session.pk + 1000), *extra) == []  # the key is the filter
+
+    decoded = fields(Prepared(tasks)(session.pk), "at")
+    assert [row["plan"][0]["label"] for row in decoded if row["plan"]] == ["Read the logs"]
+    assert all(isinstance(row["at"], datetime) and row["at"].tzinfo for row in decoded)
+
+
+def stored(card: Card) -> dict:
+    return fields([Card.objects.get(pk=card.pk)])[0]
+
+
+def test_a_prepared_update_stores_what_save_stores(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    card = Card.objects.get()
+    by_save, by_update = {}, {}
+    for values in (
+        {"plan": [{"step": "Ship", "status": "in_progress"}], "facts": {"state": "x", "n": 1.5}},
+        {"plan": None, "facts": None, "markdown": "", "html": ""},  # SQL NULL, not JSON null
+        {"markdown": "**Done**", "updated_at": card.updated_at + timedelta(seconds=90)},
+    ):
+        for how, results in ((Card.save, by_save), (prepared.update, by_update)):
+            for name, value in values.items():
+                setattr(card, name, value)
+            card.revision += 1
+            how(card)
+            results[len(results)] = stored(card)
+    assert by_update == {n: row | {"revision": row["revision"] + 1} for n, row in by_save.items()}
+    assert Card.objects.filter(plan__isnull=True).count() == 1
+
+    session = Session.objects.get()
+    session.title, session.needs_human = "Renamed", True
+    prepared.update(session, ("title",))  # only the fields named
+    assert (Session.objects.get().title, Session.objects.get().needs_human) == ("Renamed", False)
+
+
+def test_a_prepared_update_leaves_to_save_what_is_not_a_stored_row(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    card = Card.objects.get()
+    Card.objects.all().delete()
+    with pytest.raises(DatabaseError), transaction.atomic():  # as save(update_fields=…)
+        prepared.update(card, ("markdown",))
+    prepared.update(card)  # as save() does: no row to update, so it is inserted
+    assert stored(card)["markdown"] == card.markdown
+
+
+def test_a_prepared_insert_stores_what_save_stores_and_gives_back_the_key(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    session, task = Session.objects.get(), Task.objects.get()
+    at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+
+    def message(message_id: str) -> Message:
+        return Message(
+            session=session,
+            task=task,
+            message_id=message_id,
+            role=Message.Role.AGENT,
+            text="Line «one»\nline two",
+            at=at,
+            parts=[{"kind": "data", "data": {"n": 1.5, "ok": None}}],
+            files=[],
+        )
+
+    by_save, by_insert = message("m-save"), message("m-insert")
+    by_save.save()
+    prepared.insert(by_insert)
+
+    assert by_insert.pk is not None and by_insert.pk != by_save.pk
+    assert not by_insert._state.adding
+    stored = {m.message_id: m for m in Message.objects.filter(message_id__startswith="m-")}
+    assert fields([stored["m-insert"]]) == [
+        row | {"id": by_insert.pk, "message_id": "m-insert"} for row in fields([stored["m-save"]])
+    ]
+    assert stored["m-insert"].at == at and stored["m-insert"].parts[0]["data"]["n"] == 1.5
+
+
+def test_a_prepared_insert_refuses_a_unique_row_again_unless_told_to_skip_it(token_agent):
+    assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
+    session = Session.objects.get()
+
+    def message() -> Message:
+        return Message(
+            session=session, message_id="m-1", role="agent", text="Hi", at=session.created_at
+        )
+
+    prepared.insert(message())
+    with pytest.raises(IntegrityError), transaction.atomic():
+        prepared.insert(message())
+    skipped = message()
+    prepared.insert(skipped, ignore_conflicts=True)  # as bulk_create(ignore_conflicts=True)
+    assert skipped.pk is None
+    assert Message.objects.filter(message_id="m-1").count() == 1
