@@ -26,12 +26,11 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
 
-from tasks.answering import a2a_client
 from tasks.live import broadcast
 from tasks.models import Agent, PushEndpoint, matches_digest
 from tasks.pushes import applier, ingest, refusals
 from tasks.runtime import connections, outage
-from tasks.wire import protocol
+from tasks.wire import agent_text, protocol
 from tasks.wire.numbers import whole_number
 
 log = logging.getLogger(__name__)
@@ -262,7 +261,7 @@ def count_refusal(agent: Agent, reason: str, detail: str) -> None:
     """Count a refusal on the agent's row (refusals.py: at most one write a second). Details
     quote what the agent sent, and the admin shows them: kept as plain text, markup dropped
     (so Onlooker's own details write placeholders as {this}, never as <this>)."""
-    refusals.count(agent.pk, reason, a2a_client.plain_text(detail, 300))
+    refusals.count(agent.pk, reason, agent_text.plain_text(detail, 300))
 
 
 def _count_oversize(endpoint_id: str, size: int) -> None:

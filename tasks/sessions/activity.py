@@ -27,9 +27,9 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from tasks.models import Artifact, Interaction, Message, Session, Task
-from tasks.sessions import progress_card
+from tasks.sessions import progress_card, question_detail
 from tasks.sessions.progress_card import strip_invisible
-from tasks.templatetags.onlooker import choices, connect_url, web_url
+from tasks.wire import agent_text
 
 MESSAGE_CHARS = 10_000  # of one message, on the page
 TRANSCRIPT_CHARS = 100_000  # of all the messages on one page
@@ -205,7 +205,7 @@ def _part(part: dict, room: int) -> tuple[dict | None, int, bool]:
     if isinstance(part.get("url"), str):
         url, name = part["url"], part.get("filename")
         label = name if isinstance(name, str) and name else url
-        if web_url(url) and len(url) <= LINK_CHARS:
+        if agent_text.web_url(url) and len(url) <= LINK_CHARS:
             label = label[:LINK_CHARS]
             return {"kind": "link", "url": url, "label": label}, len(url) + len(label), False
         room = min(room, LINK_CHARS)
@@ -419,7 +419,7 @@ def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
         question.shown_prompt = strip_invisible(question.shown_prompt)
         question.shown_detail = detail
         question.detail_loaded = question.pk in details
-        offered = choices(detail)
+        offered = question_detail.offered_choices(detail)
         # A button's label is the value the agent receives: a choice that would read
         # differently once cleaned of invisible and bidi-control characters is not offered
         # as a button (it is in the detail, cleaned, and can be typed).
@@ -428,7 +428,7 @@ def questions(rows: QuerySet[Interaction]) -> list[Interaction]:
             for choice in offered
             if len(choice) <= CHOICE_CHARS and strip_invisible(choice) == choice
         ]
-        link = connect_url(detail)
+        link = question_detail.connect_url(detail)
         question.link = link if len(link) <= LINK_CHARS else ""
         question.shown_detail = _beside_buttons(detail, question.offered, question.link)
         question.prompt_cut = question.prompt_length > PROMPT_CHARS
@@ -448,7 +448,11 @@ def _beside_buttons(detail: Any, offered: list[str], link: str) -> Any:
         return detail
     shown = dict(detail)
     for key in ("choices", "options"):
-        if key in shown and offered and choices({key: shown[key]}) == offered:
+        if (
+            key in shown
+            and offered
+            and question_detail.offered_choices({key: shown[key]}) == offered
+        ):
             del shown[key]
     if link and shown.get("url") == link:
         del shown["url"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.sessions.progress_card import strip_invisible
+from tasks.wire import agent_text
 
 DETAIL_CHARS = 2_000  # of keys and values, summaries included, of one detail
 DETAIL_ROWS = 40  # of one detail, nested rows included
@@ -67,6 +68,13 @@ def offered_choices(detail: object) -> list[str]:
     if not isinstance(offered, list):
         return []
     return [c for c in offered if isinstance(c, str) and c.strip()][:20]
+
+
+def connect_url(detail: object) -> str:
+    """The link a connection asks a person to open: `detail.url` (or `detail` itself),
+    http(s) only."""
+    url = detail.get("url") if isinstance(detail, dict) else detail
+    return agent_text.web_url(url)
 
 
 def table(detail: Any) -> Table | None:

@@ -13,6 +13,7 @@ from django.utils.html import strip_tags
 
 from tasks.sessions import question_detail
 from tasks.sessions.progress_card import strip_invisible
+from tasks.wire import agent_text
 
 register = template.Library()
 
@@ -62,10 +63,7 @@ def detail_table(detail: object) -> question_detail.Table | None:
 
 @register.filter
 def web_url(url: object) -> str:
-    """An agent-supplied URL if it is http(s), else nothing: templates link only to these."""
-    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
-        return url
-    return ""
+    return agent_text.web_url(url)
 
 
 @register.filter
@@ -75,10 +73,7 @@ def choices(detail: object) -> list[str]:
 
 @register.filter
 def connect_url(detail: object) -> str:
-    """The link a connection asks a person to open: `detail.url` (or `detail` itself),
-    http(s) only."""
-    url = detail.get("url") if isinstance(detail, dict) else detail
-    return web_url(url)
+    return question_detail.connect_url(detail)
 
 
 _MARKUP = re.compile(r"[*_`#>|~\[\]]+|-{2,}")

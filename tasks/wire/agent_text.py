@@ -39,3 +39,10 @@ def plain_text(text: object, limit: int = MAX_AGENT_TEXT) -> str:
     if cut or len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text
+
+
+def web_url(url: object) -> str:
+    """An agent-supplied URL if it is http(s), else nothing: pages link only to these."""
+    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
+        return url
+    return ""

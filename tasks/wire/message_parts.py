@@ -6,7 +6,7 @@ MAX_MESSAGE_BYTES for a message's files together (beyond that, only a file's nam
 size, and the page says why it was not kept); a data part's JSON up to MAX_DATA_CHARS, and
 MAX_SHOWN_CHARS of URLs and JSON per message; at most MAX_PARTS parts. What the page shows is
 kept apart from a raw part's bytes (`files`), which only its download loads. Agent-given names and
-media types are plain text (a2a_client.plain_text); a URL is a link only when it is http(s).
+media types are plain text (agent_text.plain_text); a URL is a link only when it is http(s).
 
 People's links go out as url parts (`links_from_form`): http(s) only, short, a few.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tasks.answering import a2a_client
+from tasks.wire import agent_text
 from tasks.wire import protocol as p
 
 MAX_PARTS = 20  # non-text parts kept per message
@@ -74,7 +74,7 @@ def web_link(url: str) -> bool:
 
 
 def _name(value: str) -> str:
-    return a2a_client.plain_text(value, MAX_NAME_CHARS)
+    return agent_text.plain_text(value, MAX_NAME_CHARS)
 
 
 def _data_json(data: Any) -> str:
