@@ -34,6 +34,8 @@ from typing import IO
 
 from django.conf import settings
 
+from tasks.runtime.loop import Loop
+
 log = logging.getLogger(__name__)
 
 RESTART_SECONDS = 1.0  # after the child died, before it is started again
@@ -141,17 +143,17 @@ class _Voice:
                 pass  # the server is gone: the stdin listener stops this process
 
 
-def run_child() -> None:
-    """`manage.py apply_deliveries --child`: the applier loop, woken by bytes on stdin and
-    stopped by its end (or SIGTERM), speaking to its server on stdout."""
+def run_child(loop: Loop) -> None:
+    """`manage.py apply_deliveries --child`: the applier's `loop`, woken by bytes on stdin
+    and stopped by its end (or SIGTERM), speaking to its server on stdout. Given the loop
+    rather than making it: the applier starts and wakes this module's supervisor, and a
+    module that imported the applier back would make a circle."""
     from tasks.live import broadcast
     from tasks.notify import sender
-    from tasks.pushes import applier
 
     voice = _Voice(sys.stdout.buffer)
     broadcast.relay_to(lambda kind, *args: voice.say(kind, *args))
     sender.relay_wakes_to(lambda: voice.say("send", True))
-    loop = applier.Background()
 
     def listen() -> None:
         stdin = sys.stdin.fileno()

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         if poll <= 0:
             raise CommandError("--poll must be more than 0 seconds")
         if child:
-            process.run_child()
+            process.run_child(applier.Background())
             return
         if once:
             applied = applier.drain()
