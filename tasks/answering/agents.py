@@ -334,7 +334,7 @@ def restore_fragments(agent_id: int) -> int:
             )
             if session is None:
                 continue  # deleted meanwhile
-            changes.publish(session, team_id=session.agent.team_id)
+            changes.changed([changes.Changed(session, session.agent.team_id)], derived=True)
             stored += 1
     return stored
 

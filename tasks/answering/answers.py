@@ -291,8 +291,7 @@ def _changing(interaction: Interaction) -> Iterator[None]:
     with transaction.atomic():
         session = changes.lock(interaction.task.session_id)
         yield
-        changes.derive(session)
-        changes.publish(session, team_id=interaction.task.session.agent.team_id)
+        changes.changed([changes.Changed(session, interaction.task.session.agent.team_id)])
 
 
 def _claim(user, interaction: Interaction, decision: Decision) -> _Claim:

@@ -12,7 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from tasks.answering.agents import agent_for_api_token
 from tasks.models import Agent, Session
 from tasks.pushes import ingest
-from tasks.sessions import changes, progress_card, search, timeline
+from tasks.sessions import changes, progress_card
 from tasks.wire import json_safety
 from tasks.wire.numbers import whole_number
 
@@ -99,15 +99,14 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
     now = timezone.now()
     with transaction.atomic():
         session = changes.open_session(agent, key, at=now)
-        card = progress_card.store_written(session, plan, markdown).card
+        written = progress_card.store_written(session, plan, markdown)
+        card = written.card
         if card is not None:
-            search.keep(session, card)
             # The transcript's one writer of the agent side keeps the receipt.
             ingest.card_receipt(session, card, at=now)
-            timeline.card_written(session, card)
-            session.updated_at = now
-            session.save(update_fields=["updated_at"])
-            changes.publish(session, team_id=agent.team_id)
+            changes.card_written(session, written)
+            changed = [changes.Changed(session, agent.team_id, card)]
+            changes.changed(changed, derived=True, updated_at=now)
     return JsonResponse(
         {
             "revision": card.revision if card else None,

@@ -45,7 +45,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks.models import Agent, Card, Delivery, Session
+from tasks.models import NOT_READ, Agent, Delivery
 from tasks.pushes import ingest, process, spool
 from tasks.runtime.loop import Loop
 from tasks.runtime.writer import writing
@@ -70,11 +70,6 @@ MAX_BACKOFF = timedelta(hours=1)
 def backoff(attempts: int) -> timedelta:
     """How long after its `attempts`-th failure a delivery is tried again: 5 s, doubling."""
     return min(timedelta(seconds=5 * 2 ** (attempts - 1)), MAX_BACKOFF)
-
-
-UNREAD = object()  # a changed session's card, when the batch did not keep it
-# A session the batch changed: the session, its agent's team, its card as committed (or UNREAD).
-Changed = tuple[Session, int | None, Card | None | object]
 
 
 @dataclass
@@ -108,21 +103,21 @@ def apply_batch(
     with writing():
         with transaction.atomic():
             moved = spool.take(limit)
-            changed, published = _claim_and_apply(batch, limit, only, until, now)
+            later = _claim_and_apply(batch, limit, only, until, now)
         # Committed: what it moved is the database's now. Cleared before another process's
-        # applier may take the inbox's pushes, so none is ever moved (or counted) twice.
+        # applier may take the spool's pushes, so none is ever moved (or counted) twice.
         try:
             spool.clear(moved)
         except Exception:  # noqa: BLE001 - the next move finds them moved and clears them
-            log.exception("could not clear %s moved pushes from the inbox", len(moved))
-    if not changed or published:
+            log.exception("could not clear %s moved pushes from the spool", len(moved))
+    if later is None:
         return batch
     # Committed: the write lock is free for pushes while the fragments render.
-    rendered = fragments.render_many(*_renderable(changed))
-    if rendered:
+    later.render()
+    if later.rendered:
         try:
             with writing():
-                fragments.store_rendered(rendered)
+                later.store()
         except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
             log.exception("could not store the fragments of a batch")
     return batch
@@ -130,10 +125,11 @@ def apply_batch(
 
 def _claim_and_apply(
     batch: Batch, limit: int, only: int | None, until: tuple[float, float] | None, now
-) -> tuple[dict[int, Changed], bool]:
-    """The batch's transaction, after its move from the inbox: claim, apply, derive; on
-    PostgreSQL, publish too. Returns the sessions it changed, and whether their fragments
-    are stored (else they are marked stale, to render once this commits)."""
+) -> fragments.Later | None:
+    """The batch's transaction, after its move from the spool: claim, apply, and the
+    "session changed" step for the sessions it changed (on SQLite, or after a failure,
+    their fragments are marked stale: the returned `Later` renders and stores them once
+    this commits)."""
     postgresql = connection.vendor == "postgresql"
     due = _due() if only is None else _due().filter(pk=only)
     # Their agents in the same query (locking only the deliveries' rows).
@@ -144,42 +140,31 @@ def _claim_and_apply(
     )
     batch.claimed = len(claimed)
     if not claimed:
-        return {}, False
+        return None
     agents: dict[int, Agent] = {}
     for delivery in claimed:  # one object per agent, shared by its sessions' fragments
         delivery.agent = agents.setdefault(delivery.agent_id, delivery.agent)
-    published = False
+    later = None
     try:
         with transaction.atomic():
-            changed = _apply(claimed, batch, now, until=until, nowait=postgresql)
-            # A failure to publish (or mark) them undoes the batch, applied alone below.
-            if changed and postgresql:
-                # Under the sessions' row locks, which only other writers of the same
-                # sessions wait for: no second transaction, nothing to check after it.
-                fragments.publish_batch(*_renderable(changed))
-                published = True
-            elif changed:  # SQLite: not while holding the one write lock every push needs
-                fragments.mark_stale(list(changed), savepoint=False)
+            touched = _apply(claimed, batch, now, until=until, nowait=postgresql)
+            # A failure to store (or mark) their fragments undoes the batch, applied alone
+            # below. On PostgreSQL they are stored under the sessions' row locks, which only
+            # other writers of the same sessions wait for: no second transaction, nothing to
+            # check after it. On SQLite not while holding the one write lock every push needs.
+            if touched:
+                later = changes.changed(
+                    touched, derived=True, later=not postgresql, savepoint=False
+                )
     except Exception:  # noqa: BLE001 - deriving a session failed: find which, alone
         # One of its deliveries failed (or met a session another process holds):
         # that one is found, and kept for a retry, one delivery at a time.
         log.info("a batch could not be applied whole; applying one at a time", exc_info=True)
         batch.applied = batch.failed = batch.deferred = 0
-        changed = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
-        published = False
-        if changed:
-            fragments.mark_stale(list(changed))
-    batch.sessions = set(changed)
-    return changed, published
-
-
-def _renderable(changed: dict[int, Changed]) -> tuple[list, dict]:
-    """`changed` as fragments.render_many takes it: the sessions with their teams, and
-    the cards the batch kept."""
-    return (
-        [(session, team) for session, team, _ in changed.values()],
-        {pk: card for pk, (_, _, card) in changed.items() if card is not UNREAD},
-    )
+        touched = _apply(claimed, batch, now, until=until, nowait=postgresql, alone=True)
+        later = changes.changed(touched, derived=True, later=True) if touched else None
+    batch.sessions = {one.session.pk for one in touched}
+    return later
 
 
 def _apply(
@@ -190,7 +175,7 @@ def _apply(
     until: tuple[float, float] | None,
     nowait: bool,
     alone: bool = False,
-) -> dict[int, Changed]:
+) -> list[changes.Changed]:
     """Apply the claimed deliveries in order, then derive each changed session once. Any
     error raises, for the caller to roll the batch back and apply it `alone`: each delivery
     in a savepoint and its session derived with it, so a failure (to apply or to derive) is
@@ -239,22 +224,22 @@ def _apply(
     # What deriving reads, for all of the batch's sessions at once (a lone session's reads
     # are prepared statements, cheaper than compiling these).
     reads = changes.read_all(list(by_session)) if not alone and len(by_session) > 1 else {}
-    changed = {}
+    touched = []
     for session_id, appliers in by_session.items():
         # Applied alone, a session was derived with each of its deliveries, some of which
         # may have been rolled back since: its card is read once this commits.
-        card = UNREAD if alone else ingest.derive(appliers, reads.get(session_id))
+        card = NOT_READ if alone else ingest.derive(appliers, reads.get(session_id))
         session = appliers[-1].session
         # Its fragments show its agent's name: the agent this batch loaded above, rather
         # than a query per session when they render. A rename meanwhile stores them again,
-        # under the session's lock, once it commits (agents.changed); on SQLite,
-        # store_rendered also stores them only if the name is still the one they show.
+        # under the session's lock, once it commits (agents.changed); on SQLite, a later
+        # store also stores them only if the name is still the one they show.
         if session.agent_id == appliers[-1].agent.pk:
             session.agent = appliers[-1].agent
-        changed[session_id] = (session, teams[session_id], card)
+        touched.append(changes.Changed(session, teams[session_id], card))
     if not alone:
         locked.timeline.write()  # the whole batch's entries, in one INSERT
-    return changed
+    return touched
 
 
 def _apply_alone(

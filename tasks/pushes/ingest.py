@@ -368,9 +368,10 @@ def _apply_fetched(agent: Agent, member: str, value: dict) -> Result:
             applied = apply_delivery(delivery, event)
             usage.record([applied.grown])
             if applied.session is not None:
-                derive([applied])
+                card = derive([applied])
                 applied.locked.timeline.write()
-                changes.publish(applied.session, team_id=agent.team_id)
+                changed = [changes.Changed(applied.session, agent.team_id, card)]
+                changes.changed(changed, derived=True)
     except IntegrityError:
         duplicate = _duplicate(agent.pk, key)
         if duplicate is None:

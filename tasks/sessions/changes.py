@@ -1,11 +1,15 @@
 """The one "session changed" step, taken by every writer of a session (the applier, answers,
-the card API, an agent's rename):
+the card API, tasks fetched from agents, an agent's rename), and the only writer of Session
+rows:
 
-1. lock the session row, first, always: everything under it (tasks, interactions, the
-   transcript, the card) is then serialized by that one lock, in one lock order;
-2. change what is under it;
-3. derive the session's state, card and searchable text from its tasks (`derive`);
-4. store its fragments and hint browsers after commit (`publish`).
+1. lock the session row, first, always (`open_session`, `lock`, `lock_all`): everything under
+   it (tasks, interactions, the transcript, the card) is then serialized by that one lock,
+   in one lock order;
+2. change what is under it (queuing notifications where the change knows what opened or
+   closed: notify.outbox);
+3. `changed`: derive each session's state, card and searchable text from its tasks (unless
+   the writer derived it), store its fragments with the change and hint browsers once it
+   commits.
 
 Sessions are created only by `open_session`.
 """
@@ -21,7 +25,7 @@ from django.db import OperationalError, connection
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from tasks.models import NEWEST_OPEN_ORDER, Agent, Interaction, Session, Task
+from tasks.models import NEWEST_OPEN_ORDER, NOT_READ, Agent, Interaction, Session, Task
 from tasks.runtime import prepared
 from tasks.sessions import fragments, progress_card, search
 from tasks.sessions import timeline as history
@@ -92,7 +96,7 @@ def derive(
     *,
     updated_at: datetime | None = None,
     timeline: history.Pending | None = None,
-    card: Any = progress_card.NOT_READ,
+    card: Any = NOT_READ,
     read: Read | None = None,
 ) -> progress_card.Written:
     """The session's state, whether it needs a person, its title and its card, from what is
@@ -101,9 +105,8 @@ def derive(
     `card`: the session's card (or None), and `read`, what else it reads, when the caller
     read them under the lock."""
     if read is None:
-        tasks = progress_card.recent_tasks(
-            session
-        )  # the newest turns hold everything the card shows
+        # The newest turns hold everything the card shows.
+        tasks = progress_card.recent_tasks(session)
         waiting = session.derive_state(tasks)
     else:
         tasks = read.tasks
@@ -114,13 +117,21 @@ def derive(
         fields += ("updated_at",)
     prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
     written = progress_card.from_session(session, tasks, question=waiting, card=card)
+    card_written(session, written, timeline=timeline)
+    return written
+
+
+def card_written(
+    session: Session, written: progress_card.Written, *, timeline: history.Pending | None = None
+) -> None:
+    """What follows a card write, derived (`derive`) or direct (the card API): a new revision
+    is a timeline entry, and the card's plan and note are searchable."""
     if written.changed:
         if timeline is not None:
             timeline.card(session, written.card)
         else:
             history.card_written(session, written.card)
     search.keep(session, written.card)  # writes only if its title, plan or note changed
-    return written
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,35 @@ def read_all(session_ids: list[int]) -> dict[int, Read]:
     return {pk: Read(tasks[pk], waiting.get(pk)) for pk in session_ids}
 
 
-def publish(session: Session, *, team_id: int | None) -> None:
-    """The last step of a change: fragments stored with it, browsers hinted after commit.
-    A batch of changes to one session publishes once."""
-    fragments.changed(session, team_id=team_id)
+Changed = fragments.Changed
+
+
+def changed(
+    sessions: list[Changed],
+    *,
+    derived: bool = False,
+    updated_at: datetime | None = None,
+    later: bool = False,
+    savepoint: bool = True,
+) -> fragments.Later | None:
+    """The last step of every change to sessions, in the writer's transaction, under their
+    locks: derive each (`derive`), store its fragments and hint browsers once the change
+    commits (fragments.publish). A batch of changes to one session takes it once.
+
+    `derived`: the writer derived them itself, or wrote their cards (the applier derives a
+    batch's sessions with its receipts; the card API writes the card it is given), and their
+    `Changed.card` is what that left (or NOT_READ). `updated_at`: the sessions' time moves to
+    it. `later`: SQLite's applier batches render after commit, not while holding the one
+    write lock: their fragments are marked stale now, and the returned `Later` renders and
+    stores them. `savepoint=False`: a failure to store or mark fragments raises, for a caller
+    that can undo its change and make it again; otherwise it never undoes the change."""
+    for one in sessions:
+        if not derived:
+            one.card = derive(one.session, updated_at=updated_at).card
+        elif updated_at is not None:
+            one.session.updated_at = updated_at
+            prepared.update(one.session, ("updated_at",))
+    if later:
+        return fragments.publish_later(sessions, savepoint=savepoint)
+    fragments.publish(sessions, savepoint=savepoint)
+    return None

@@ -10,6 +10,7 @@ absolute; static/js/times.js makes them relative in the browser).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -22,7 +23,7 @@ from django.template.loader import render_to_string
 
 from tasks import models
 from tasks.live import broadcast
-from tasks.models import Agent, Card, Session, SessionView, states
+from tasks.models import NOT_READ, Agent, Card, Session, SessionView, states
 
 log = logging.getLogger(__name__)
 
@@ -82,40 +83,6 @@ def render(session: Session, card: Card | None) -> dict[str, str]:
     return {key: html[key] for key in PARTIALS}
 
 
-@dataclass(frozen=True)
-class Stored:
-    card: Card | None
-    html: dict[str, str]
-
-
-def store(session: Session) -> Stored:
-    """Render and keep the session's fragments; call it in the transaction that changed the
-    session, so they commit (or roll back) with the change."""
-    card = Card.objects.filter(session=session).first()
-    html = render(session, card)
-    _store(session, card, html)
-    return Stored(card, html)
-
-
-def _view_fields(card: Card | None, html: dict[str, str]) -> dict:
-    return {"version": version(), "revision": card.revision if card else 0, **html}
-
-
-def _store(session: Session, card: Card | None, html: dict[str, str]) -> None:
-    fields = _view_fields(card, html)
-    # One UPDATE on the hot path; the INSERT only for a session's first change. The caller
-    # holds the session's row lock (or, storing after commit, SQLite's one write lock or the
-    # unique session), so a second INSERT fails rather than duplicates.
-    if not SessionView.objects.filter(session=session).update(**fields):
-        SessionView.objects.create(session=session, **fields)
-
-
-def forget(session: Session) -> None:
-    """Drop the session's stored fragments: until they are stored again, pages render them
-    when asked (`one`), so nothing shows what the session was before a change."""
-    SessionView.objects.filter(session=session).delete()
-
-
 def forget_agent(agent: Agent) -> None:
     """Drop the stored fragments of every session of the agent: they show its name, which a
     person changed (see `agents.changed`)."""
@@ -139,11 +106,11 @@ def one(session: Session, key: str) -> str:
     return render_to_string(PARTIALS[key], context)
 
 
-def snapshot(session: Session, stored: Stored | None = None) -> dict:
+def snapshot(session: Session, rendered: Rendered | None = None) -> dict:
     """What a browser needs to show a session: its fragments with the card revision they
-    show (`stored` just now, or as kept: load `session` with select_related("card", "view")).
-    The live message and the HTTP refetch are this same dict."""
-    card = stored.card if stored else getattr(session, "card", None)
+    show (`rendered` just now, or as kept: load `session` with select_related("card",
+    "view")). The live message and the HTTP refetch are this same dict."""
+    card = rendered.card if rendered else getattr(session, "card", None)
     return {
         "type": "card.changed",
         "session": session.pk,
@@ -156,112 +123,173 @@ def snapshot(session: Session, stored: Stored | None = None) -> dict:
         "stateLabel": states.of_session(session.state, card.facts if card else None).words,
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
-        "html": stored.html if stored else of(session),
+        "html": rendered.html if rendered else of(session),
     }
 
 
-def changed(session: Session, *, team_id: int | None) -> None:
-    """Call at the end of the transaction that changed the session (changes.py does): its
-    fragments are rendered and stored with the change, and the hint is sent after commit.
-
-    Nothing here may undo the change it follows: the fragments are stored in a savepoint, so
-    a failure (a template error, a database error) rolls back only them. A database error
-    caught without one would leave the caller's transaction marked for rollback, and the
-    change it reports as done would be lost. Fragments that could not be stored are dropped,
-    so pages render afresh instead of showing what the session was before."""
-    try:
-        with transaction.atomic():
-            stored: Stored | None = store(session)
-    except Exception:  # noqa: BLE001 - only the fragments were rolled back; pages re-render
-        log.exception("could not store the fragments of session %s", session.pk)
-        stored = None
-        try:
-            with transaction.atomic():
-                forget(session)
-        except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
-            log.exception("could not drop the stale fragments of session %s", session.pk)
-
-    def send() -> None:
-        try:
-            if stored is None:  # render what was committed, not what this object caches
-                shown = Session.objects.select_related("agent", "card", "view").get(pk=session.pk)
-                message = snapshot(shown)
-            else:
-                message = snapshot(session, stored)
-        except Exception:  # noqa: BLE001 - a broken hint must not fail a committed change
-            log.exception("could not build the live message for session %s", session.pk)
-            return
-        broadcast.hint(session.pk, team_id, message)
-
-    transaction.on_commit(send)
-
-
-# -- the applier's publish: rendered outside its write transaction ---------------------------
+# -- publishing: the write side, taken only by the "session changed" step (changes.py) -------
 #
-# A batch renders many sessions' fragments; rendering is pure CPU, and on SQLite a write
-# transaction holds the one write lock every push's 2xx waits for. So the applier marks the
-# fragments of the sessions it changed as stale in its transaction (pages render those on
-# read until they are stored again), renders after commit, and stores them in a short second
-# transaction, each only if its session is still what was rendered (another writer that
-# changed it since stores its own). A crash between the two leaves stale-marked fragments:
-# pages render them afresh, never show what the session was before.
+# A change's fragments are rendered and stored with it, in the writer's transaction under the
+# sessions' row locks, all of a batch's in one statement (each statement is a round trip on
+# PostgreSQL), and browsers hinted once it commits (`publish`). On SQLite a batch of the
+# applier's does not render while it holds the one write lock every push's 2xx waits for:
+# its sessions' fragments are marked stale with the change (pages render those on read),
+# rendered once it commits, and stored each only if its session is still as rendered, since
+# another writer that changed it meanwhile stores its own (`publish_later`). Either way,
+# nothing stale is ever shown, and a session whose fragments could not be rendered or
+# stored is hinted too, from what was committed.
 
 
-def mark_stale(session_ids: list[int], *, savepoint: bool = True) -> None:
-    """Call in the transaction that changed the sessions. Never undoes it: a failure to mark
-    (or, failing that, to drop) the fragments is rolled back alone and logged. Without
-    `savepoint` (two round trips on PostgreSQL), a failure raises instead, for a caller that
-    can undo its change and make it again."""
-    if not savepoint:
-        SessionView.objects.filter(session_id__in=session_ids).update(version="")
-        return
-    try:
-        with transaction.atomic():
-            SessionView.objects.filter(session_id__in=session_ids).update(version="")
-        return
-    except Exception:  # noqa: BLE001 - only the marking was rolled back
-        log.exception("could not mark the fragments of sessions %s stale", session_ids)
-    try:
-        with transaction.atomic():
-            SessionView.objects.filter(session_id__in=session_ids).delete()
-    except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
-        log.exception("could not drop the stale fragments of sessions %s", session_ids)
+@dataclass
+class Changed:
+    """A session a writer changed: where its hints go (its agent's team) and its card as the
+    change left it (NOT_READ: read with the others' when they render)."""
+
+    session: Session
+    team_id: int | None
+    card: Card | None | object = NOT_READ
 
 
 @dataclass(frozen=True)
 class Rendered:
     session: Session
     team_id: int | None
-    stored: Stored
+    card: Card | None
+    html: dict[str, str]
 
 
-def render_many(
-    changed: list[tuple[Session, int | None]], cards: dict[int, Card | None] | None = None
-) -> list[Rendered]:
-    """Render changed sessions' fragments (with their teams): after their change committed
-    (no lock held), or under their locks (`publish_batch`). `cards`: their cards as
-    changed, by session, where the caller has them (the applier's batch derived them); one
-    query reads the others'."""
-    cards = dict(cards or {})
-    unread = [s.pk for s, _ in changed if s.pk not in cards]
+def publish(changed: list[Changed], *, savepoint: bool = True) -> None:
+    """Store the changed sessions' fragments in the caller's transaction, under their
+    locks, and hint browsers once it commits. With `savepoint`, a failure rolls back only
+    the fragments, which are dropped (pages render them on read): the change they follow
+    stands. Without, a database error raises, for a caller that can undo its change and
+    make it again (the applier's batch, which then applies each delivery alone)."""
+    rendered: list[Rendered] = []
+    try:
+        with transaction.atomic() if savepoint else contextlib.nullcontext():
+            rendered = _render(changed)
+            unrendered = {c.session.pk for c in changed} - {r.session.pk for r in rendered}
+            if unrendered:
+                _mark_stale(unrendered)
+            _upsert(rendered)
+    except Exception:
+        if not savepoint:
+            raise
+        log.exception("could not store the fragments of sessions %s", _ids(changed))
+        rendered = []
+        _drop(_ids(changed))
+    _hint_after_commit(changed, rendered)
+
+
+def publish_later(changed: list[Changed], *, savepoint: bool = True) -> Later:
+    """Mark the changed sessions' fragments stale in the caller's transaction, to be
+    rendered and stored once it commits (`Later`). With `savepoint` a failure to mark them is
+    rolled back alone (they are dropped instead); without, it raises, as in `publish`."""
+    try:
+        with transaction.atomic() if savepoint else contextlib.nullcontext():
+            _mark_stale(_ids(changed))
+    except Exception:
+        if not savepoint:
+            raise
+        log.exception("could not mark the fragments of sessions %s stale", _ids(changed))
+        _drop(_ids(changed))
+    return Later(changed)
+
+
+class Later:
+    """Fragments to render after the change committed, with no lock held (`render`), then
+    store in a short transaction of their own (`store`): the caller takes SQLite's write
+    lock for that one only."""
+
+    def __init__(self, changed: list[Changed]) -> None:
+        self.changed = changed
+        self.rendered: list[Rendered] = []
+
+    def render(self) -> None:
+        self.rendered = _render(self.changed)
+
+    def store(self) -> None:
+        """Store what `render` rendered, for each session still as rendered (one query
+        tells), all in one statement; should that fail, each alone in a savepoint, so one
+        session's failure leaves the others stored. Hint browsers once stored."""
+        try:
+            with transaction.atomic():
+                stored = _upsert(_still_current(self.rendered))
+        except Exception:  # noqa: BLE001 - rolled back whole: try each alone
+            log.info("could not store a batch's fragments together; storing each", exc_info=True)
+            with transaction.atomic():
+                stored = [one for one in _still_current(self.rendered) if _upsert_alone(one)]
+        # Those it did not store stay marked stale: pages render them on read, and the
+        # writer that changed one meanwhile has hinted its own.
+        _hint_after_commit([], stored)
+
+
+def _ids(changed: list[Changed]) -> list[int]:
+    return [c.session.pk for c in changed]
+
+
+def _render(changed: list[Changed]) -> list[Rendered]:
+    """The changed sessions' fragments, each in one go; a session that fails to render is
+    left out (and logged). Cards the writer did not keep are read in one query."""
+    cards = {c.session.pk: c.card for c in changed if c.card is not NOT_READ}
+    unread = [c.session.pk for c in changed if c.card is NOT_READ]
     if unread:
         try:
             cards.update(Card.objects.in_bulk(unread, field_name="session_id"))
-        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
-            log.exception("could not read the cards of sessions to render")
+        except Exception:  # noqa: BLE001 - none renders: pages render them on read
+            log.exception("could not read the cards of sessions %s to render", unread)
             return []
     rendered = []
-    for session, team_id in changed:
-        card = cards.get(session.pk)
+    for c in changed:
+        card = cards.get(c.session.pk)
         try:
-            rendered.append(Rendered(session, team_id, Stored(card, render(session, card))))
-        except Exception:  # noqa: BLE001 - they stay marked stale: pages render them on read
-            log.exception("could not render the fragments of session %s", session.pk)
+            rendered.append(Rendered(c.session, c.team_id, card, render(c.session, card)))
+        except Exception:  # noqa: BLE001 - left stale: pages render it on read
+            log.exception("could not render the fragments of session %s", c.session.pk)
     return rendered
 
 
-def _as_rendered(one: Rendered) -> tuple:
-    session, card = one.session, one.stored.card
+_STORED_FIELDS = ["version", "revision", *PARTIALS]
+
+
+def _view(one: Rendered) -> SessionView:
+    revision = one.card.revision if one.card else 0
+    return SessionView(session=one.session, version=version(), revision=revision, **one.html)
+
+
+def _upsert(rendered: list[Rendered]) -> list[Rendered]:
+    """Store fragments in one statement: an UPDATE of the row a session's first change
+    inserted, an INSERT only for a first change (one session: the UPDATE alone, nearly
+    always); several sessions' together as one INSERT … ON CONFLICT UPDATE. The caller holds
+    their row locks (or, storing after commit, SQLite's one write lock or the unique
+    session), so a second INSERT fails rather than duplicates."""
+    if len(rendered) == 1:
+        view = _view(rendered[0])
+        fields = {name: getattr(view, name) for name in _STORED_FIELDS}
+        if not SessionView.objects.filter(session=view.session).update(**fields):
+            view.save(force_insert=True)
+        return rendered
+    SessionView.objects.bulk_create(
+        [_view(one) for one in rendered],
+        update_conflicts=True,
+        unique_fields=["session"],
+        update_fields=_STORED_FIELDS,
+    )
+    return rendered
+
+
+def _upsert_alone(one: Rendered) -> bool:
+    try:
+        with transaction.atomic():
+            _upsert([one])
+    except Exception:  # noqa: BLE001 - stays marked stale: pages render it on read
+        log.exception("could not store the fragments of session %s", one.session.pk)
+        return False
+    return True
+
+
+def _shown(one: Rendered) -> tuple:
+    session, card = one.session, one.card
     return (
         session.state,
         session.needs_human,
@@ -272,61 +300,8 @@ def _as_rendered(one: Rendered) -> tuple:
     )
 
 
-def store_rendered(rendered: list[Rendered]) -> None:
-    """Store what `render_many` rendered, in a short transaction of its own, for each
-    session still as rendered (one query tells); hint browsers of those after commit.
-
-    All of them in one statement: on PostgreSQL each statement is a round trip, and a batch
-    may hold hundreds of sessions. Should that fail, each is stored alone in a savepoint, so
-    one session's failure leaves the others stored."""
-    try:
-        with transaction.atomic():
-            _store_rendered(rendered, together=True)
-        return
-    except Exception:  # noqa: BLE001 - rolled back whole: try each alone
-        log.info("could not store a batch's fragments together; storing each", exc_info=True)
-    with transaction.atomic():
-        _store_rendered(rendered, together=False)
-
-
-_STORED_FIELDS = ["version", "revision", *PARTIALS]
-
-
-def publish_batch(
-    sessions: list[tuple[Session, int | None]], cards: dict[int, Card | None]
-) -> None:
-    """Render (as `render_many`) and store the fragments of the sessions a batch changed, in
-    its transaction (under their row locks: PostgreSQL), all in one statement; hint browsers
-    after commit. A session whose fragments could not render is marked stale: pages render
-    it on read. A database error raises, for the caller to undo the batch."""
-    rendered = render_many(sessions, cards)
-    unrendered = {s.pk for s, _ in sessions} - {one.session.pk for one in rendered}
-    if unrendered:
-        mark_stale(list(unrendered), savepoint=False)
-    _upsert(rendered)
-    _hint_after_commit(rendered)
-
-
-def _upsert(rendered: list[Rendered]) -> None:
-    views = [
-        SessionView(session=one.session, **_view_fields(one.stored.card, one.stored.html))
-        for one in rendered
-    ]
-    # An UPDATE of the row a session's first change inserted; INSERT for a first change.
-    SessionView.objects.bulk_create(
-        views, update_conflicts=True, unique_fields=["session"], update_fields=_STORED_FIELDS
-    )
-
-
-def _hint_after_commit(stored: list[Rendered]) -> None:
-    for one in stored:
-        message = snapshot(one.session, one.stored)
-        transaction.on_commit(
-            lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
-        )
-
-
-def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
+def _still_current(rendered: list[Rendered]) -> list[Rendered]:
+    """Those whose sessions still show what was rendered (not changed since, nor gone)."""
     now = {
         pk: tuple(shown)
         for pk, *shown in Session.objects.filter(
@@ -335,19 +310,43 @@ def _store_rendered(rendered: list[Rendered], *, together: bool) -> None:
             "pk", "state", "needs_human", "title", "updated_at", "agent__name", "card__revision"
         )
     }
-    # Changed since (or gone) otherwise: its writer stores and hints its own.
-    current = [one for one in rendered if now.get(one.session.pk) == _as_rendered(one)]
-    if together:
-        _upsert(current)
-        stored = current
-    else:
-        stored = []
-        for one in current:
-            try:
-                with transaction.atomic():
-                    _store(one.session, one.stored.card, one.stored.html)
-            except Exception:  # noqa: BLE001 - stays marked stale: pages render it on read
-                log.exception("could not store the fragments of session %s", one.session.pk)
-                continue
-            stored.append(one)
-    _hint_after_commit(stored)
+    return [one for one in rendered if now.get(one.session.pk) == _shown(one)]
+
+
+def _mark_stale(session_ids) -> None:
+    SessionView.objects.filter(session_id__in=session_ids).update(version="")
+
+
+def _drop(session_ids: list[int]) -> None:
+    """After a failure to store or mark them: drop them, so no page shows what the session
+    was before the change (pages render what is missing). Never undoes the change."""
+    try:
+        with transaction.atomic():
+            SessionView.objects.filter(session_id__in=session_ids).delete()
+    except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
+        log.exception("could not drop the stale fragments of sessions %s", session_ids)
+
+
+def _hint_after_commit(changed: list[Changed], rendered: list[Rendered]) -> None:
+    """Once the caller's transaction commits: each rendered session's snapshot, and, for the
+    changed sessions that were not rendered, one read from what was committed (pages render
+    their fragments on read)."""
+    for one in rendered:
+        message = snapshot(one.session, one)
+        transaction.on_commit(
+            lambda one=one, message=message: broadcast.hint(one.session.pk, one.team_id, message)
+        )
+    done = {one.session.pk for one in rendered}
+    for c in changed:
+        if c.session.pk not in done:
+            transaction.on_commit(lambda c=c: _hint_as_committed(c))
+
+
+def _hint_as_committed(changed: Changed) -> None:
+    try:
+        shown = Session.objects.select_related("agent", "card", "view").get(pk=changed.session.pk)
+        message = snapshot(shown)
+    except Exception:  # noqa: BLE001 - a broken hint must not fail a committed change
+        log.exception("could not build the live message for session %s", changed.session.pk)
+        return
+    broadcast.hint(changed.session.pk, changed.team_id, message)

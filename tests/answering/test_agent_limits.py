@@ -46,8 +46,11 @@ def direct_connections(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def one_second_deadline(settings):
-    settings.ONLOOKER_AGENT_CALL_SECONDS = DEADLINE
+def one_second_deadline(settings, request):
+    # The tests of a deadline wait for a short one; those of size have the default, so a
+    # machine busy with other tests never turns their "too large" into "too slow".
+    if "deadline" in request.node.name:
+        settings.ONLOOKER_AGENT_CALL_SECONDS = DEADLINE
 
 
 @pytest.fixture

@@ -610,11 +610,12 @@ def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_on
     push(Client(), registered, status("WORKING", at=1, text="first"))
     applier.drain()
     session = Session.objects.select_related("agent").get()
-    stale = fragments.render_many([(session, None)])  # rendered, then overtaken:
+    stale = fragments.publish_later([fragments.Changed(session, None)])
+    stale.render()  # rendered, then overtaken:
     push(Client(), registered, status("WORKING", at=2, text="second"))
     applier.drain()
 
-    fragments.store_rendered(stale)
+    stale.store()
 
     view = SessionView.objects.get()
     assert "second" in view.card and view.revision == Session.objects.get().card.revision

@@ -535,7 +535,7 @@ def test_the_page_costs_the_same_queries_for_3_or_30_sessions(ops, django_assert
             session = Session.objects.create(
                 agent=agent, context_id=uuid.uuid4().hex, updated_at=timezone.now()
             )
-            fragments.store(session)
+            fragments.publish([fragments.Changed(session, agent.team_id)])
 
     add_sessions(3)
     with CaptureQueriesContext(connection) as few:
