@@ -696,9 +696,7 @@ class _Applier:
             ignore_conflicts=True,
         )
         if not session.title and message.role == Message.Role.USER and text.strip():
-            session.title = text.strip().splitlines()[0][:200]
-            # Written now, with this delivery: if it is rolled back, so is the title.
-            Session.objects.filter(pk=session.pk).update(title=session.title)
+            changes.name(session, text)
 
     def _history(
         self, task: Task, history: tuple[p.Message, ...], timestamp: datetime | None

@@ -76,6 +76,13 @@ def _creating(agent: Agent, context_id: str, *, nowait: bool) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [agent_key, key])
 
 
+def name(session: Session, first_words: str) -> None:
+    """Title an untitled session after what a person first asked it: the first line, cut.
+    Written now, with the change that brought it: if that is rolled back, so is the title."""
+    session.title = first_words.strip().splitlines()[0][:200]
+    Session.objects.filter(pk=session.pk).update(title=session.title)
+
+
 def lock(session_id: int, *, nowait: bool = False) -> Session:
     """Lock a session's row for the rest of the transaction. `nowait`: raise instead of
     waiting when another process holds it (an applier then leaves its deliveries for later
