@@ -4,7 +4,7 @@ the outbox that feeds them, and the sender that empties it.
     models.py   NotificationChannel (a team's channel) and Notification (the outbox: one row
                 per event per channel, written in the transaction of the change it reports)
     outbox.py   the only writer of new outbox rows, called by ingest and answers
-    sender.py   the only writer of delivery state: claims due rows, sends, retries with backoff
+    sender.py   the only writer of sending state: claims due rows, sends, retries with backoff
     claims.py   the sender's part that finds what is due, in order, and leases it
     shares.py   each team's share of the sender's workers
     sending.py  one event to one channel (HTTP or SMTP), failures in words for the team and

@@ -1,6 +1,6 @@
 """Making a team's notification channels: the only writer of new channels (the
 `add_channel` command and the admin call `add`). Refuses, changing nothing, what could
-never deliver: a URL that is not http(s), an address that is not one, email without email
+never reach anyone: a URL that is not http(s), an address that is not one, email without email
 settings, a reminder interval that is not a duration; and a URL whose host is, or resolves
 to, a loopback, private, link-local or other non-public address, unless the channel allows
 a private address (targets.py; the sender checks again at every connection)."""

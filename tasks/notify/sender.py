@@ -1,4 +1,4 @@
-"""The sender: the only writer of delivery state. It takes due rows of the outbox, sends each
+"""The sender: the only writer of sending state. It takes due rows of the outbox, sends each
 to its channel, and records what happened (on the row, and the channel's last success or
 error).
 
