@@ -1,6 +1,8 @@
-"""A session's state in the words people use, with the tone its pill is drawn in. The one
-place that turns A2A states into words: the card, its collapsed line, the sidebar row, the
-tile, the session page, the live message's announcement and the state filter all ask here.
+"""The A2A task states Onlooker stores (`TaskState`: the choices of a task's and a session's
+state, and the sets of them that end a task or wait for a person), and a session's state in
+the words people use, with the tone its pill is drawn in. The one place that turns A2A states
+into words: the card, its collapsed line, the sidebar row, the tile, the session page, the
+live message's announcement and the state filter all ask here.
 
 An interrupted state says what the person is asked for (the open interaction's kind), or that
 their answer went and the agent has not gone on yet. A finished state never says a person is
@@ -12,7 +14,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.models import INTERRUPTED_STATES, TaskState
+from django.db import models
+
+
+class TaskState(models.TextChoices):
+    SUBMITTED = "TASK_STATE_SUBMITTED", "submitted"
+    WORKING = "TASK_STATE_WORKING", "working"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED", "input required"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED", "auth required"
+    COMPLETED = "TASK_STATE_COMPLETED", "completed"
+    FAILED = "TASK_STATE_FAILED", "failed"
+    CANCELED = "TASK_STATE_CANCELED", "canceled"
+    REJECTED = "TASK_STATE_REJECTED", "rejected"
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
 
 # Pill tones, styled by `.pill-<tone>` in onlooker.css: colour always comes with the words.
 OK, WARN, DANGER, INFO, NEUTRAL = "ok", "warn", "danger", "info", "neutral"
@@ -67,8 +87,8 @@ def shown(state: str, *, asking: str | None = None, answered: bool = False) -> S
 
 
 def of_facts(facts: dict | None) -> Shown:
-    """A state from a card's facts (cards.from_session writes them): its state, the open
-    question's kind, whether an answer went."""
+    """A state from a card's facts (sessions/progress_card.from_session writes them): its
+    state, the open question's kind, whether an answer went."""
     facts = facts or {}
     question = facts.get("question") or {}
     return shown(

@@ -1,0 +1,147 @@
+"""Agents and the ways their pushes come in: each agent, its push endpoints, and counts of the
+pushes it was refused. Push tokens are kept as digests only."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+from tasks.wire import tiers
+from tasks.wire.stored_json import StoredJSONDecoder
+
+
+def digest(secret: str) -> str:
+    """Push tokens are stored as digests: they are only ever compared, never shown again."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def matches_digest(presented: str, stored: str) -> bool:
+    return bool(stored) and hmac.compare_digest(digest(presented), stored)
+
+
+class AgentQuerySet(models.QuerySet):
+    def visible_to(self, user) -> AgentQuerySet:
+        """Agents without a team are everyone's; a team's agents are its members'."""
+        if user.is_superuser:
+            return self
+        return self.filter(Q(team__isnull=True) | Q(team__in=user.groups.all()))
+
+
+class Agent(models.Model):
+    name = models.CharField(max_length=200)
+    card_url = models.URLField(max_length=500)
+    rpc_url = models.URLField("JSON-RPC URL", max_length=500)
+    protocol_version = models.CharField(max_length=20)
+    extensions = models.JSONField(
+        decoder=StoredJSONDecoder, default=list, blank=True, help_text="URIs the card declares"
+    )
+    push_notifications = models.BooleanField(default=False)
+    # The card's own words as of its last fetch, plain text and bounded
+    # (answering/a2a_client.parse_card): the name it gives itself (`name` is what people call
+    # it), its description and skills.
+    card_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    skills = models.JSONField(
+        decoder=StoredJSONDecoder, default=list, blank=True, help_text="name, description, tags"
+    )
+    # Sent as the Authorization header when Onlooker calls the agent; never displayed.
+    credential = models.TextField(blank=True)
+    # The credential goes to rpc_url, which the card names: at the card's own origin unless a
+    # person allowed another when registering the agent.
+    allow_other_rpc_origin = models.BooleanField(
+        "JSON-RPC URL may be at another origin than the card", default=False
+    )
+    # A card refresh that named a JSON-RPC URL at an origin nobody agreed to: not followed.
+    refused_rpc_url = models.CharField("refused JSON-RPC URL", max_length=500, blank=True)
+    refused_rpc_url_at = models.DateTimeField("JSON-RPC URL refused at", null=True, blank=True)
+    # Standard Webhooks secrets (whsec_…). Two during a rotation; never displayed.
+    signing_secret = models.CharField(max_length=200, blank=True)
+    previous_signing_secret = models.CharField(max_length=200, blank=True)
+    # The agent's token for Onlooker's card API, kept as a digest; shown once when made.
+    api_token_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL)
+    card_fetched_at = models.DateTimeField(null=True, blank=True)
+    # What the agent's last answer echoed in `A2A-Extensions`: the extensions it activated
+    # (its tier); None when its answers carry no such header, or before Onlooker has called
+    # it (extensions_echoed_at tells which). Written only by answering/agents.record_echo.
+    activated_extensions = models.JSONField(
+        decoder=StoredJSONDecoder, null=True, blank=True, help_text="URIs the agent echoed"
+    )
+    extensions_echoed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = AgentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def signing_secrets(self) -> list[str]:
+        return [s for s in (self.signing_secret, self.previous_signing_secret) if s]
+
+    @property
+    def tier(self) -> str:
+        """ "Profile v2: interactions, progress, …" or "Core A2A", from what it echoed."""
+        return tiers.describe(
+            self.activated_extensions,
+            called=self.extensions_echoed_at is not None,
+            declared=self.extensions or [],
+        )
+
+
+class PushEndpoint(models.Model):
+    """Where an agent pushes: `/a2a/push/<public_id>/`. The id is not a secret, the tokens are."""
+
+    public_id = models.CharField(max_length=64, unique=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="endpoints")
+    token_digest = models.CharField(max_length=64)
+    bearer_digest = models.CharField(max_length=64)
+    active = models.BooleanField(default=True)
+    # The task a person chose to follow through it ("Follow this task" on the agent page);
+    # empty for the agent's own endpoint and for work Onlooker started.
+    task_id = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Two presses of "Follow this task" make one follower: the second insert fails.
+            models.UniqueConstraint(
+                fields=["agent", "task_id"],
+                condition=~Q(task_id="") & Q(active=True),
+                name="one_follower_per_task",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} → {self.public_id}"
+
+    @property
+    def push_url(self) -> str:
+        return f"{settings.ONLOOKER_PUBLIC_URL}/a2a/push/{self.public_id}/"
+
+
+class Refusal(models.Model):
+    """Counts of refused pushes per agent and reason: refused requests store nothing else."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="refusals")
+    reason = models.CharField(max_length=40)
+    count = models.PositiveIntegerField(default=0)
+    last_at = models.DateTimeField()
+    last_detail = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "reason"], name="unique_refusal_reason")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.reason} × {self.count}"
