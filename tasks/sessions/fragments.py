@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import transaction
 from django.template.loader import render_to_string
 
-from tasks import models
 from tasks.live import broadcast
-from tasks.models import NOT_READ, Agent, Card, Session, SessionView, states
+from tasks.models import NOT_READ, Agent, Card, Session, SessionView, progress_cards, states
+from tasks.models import sessions as session_models
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ def version() -> str:
     folder = Path(settings.BASE_DIR) / "templates"
     for name in [*sorted(PARTIALS.values()), *INCLUDED]:
         digest.update((folder / name).read_bytes())
-    for module in (states, models):
+    # The words of states, and what the card and session models put into words (steps, the
+    # state shown): the models the partials read beyond their fields.
+    for module in (states, progress_cards, session_models):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 
