@@ -256,8 +256,10 @@ def _database() -> dict:
     config["CONN_HEALTH_CHECKS"] = True
     options = config.setdefault("OPTIONS", {})
     # A request waits at most this long for a connection: with the database away, the first
-    # ones fail after it and tasks/runtime/outage.py answers the rest at once.
-    options["pool"] = {"min_size": 2, "max_size": 20, "timeout": 3}
+    # ones fail after it and tasks/runtime/outage.py answers the rest at once. After a
+    # restart the pool checks its dead idle connections one by one, pausing 1 s, then 2 s
+    # between them: 5 s lets a request through two of them.
+    options["pool"] = {"min_size": 2, "max_size": 20, "timeout": 5}
     # A host that stops answering (rather than refusing) must not hold a connection, or a
     # thread, for TCP's quarter of an hour: connecting gives up after 3 s, and a connection
     # whose sent data goes unacknowledged for 10 s, or whose idle peer misses three

@@ -26,9 +26,9 @@ from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# What "fail fast" means here: the first requests wait for the pool (3 s) before the
+# What "fail fast" means here: the first requests wait for the pool (5 s) before the
 # outage is known; everything after it is answered at once.
-FIRST_ANSWER_WITHIN = 6.0  # seconds
+FIRST_ANSWER_WITHIN = 8.0  # seconds
 KNOWN_ANSWER_WITHIN = 0.5
 BACK_WITHIN = 5.0  # seconds after the database returns
 
