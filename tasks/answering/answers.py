@@ -39,7 +39,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.notify import outbox
-from tasks.pushes import ingest
+from tasks.pushes import fetched
 from tasks.sessions import changes, question_detail, timeline
 from tasks.wire import message_parts, profile, protocol
 
@@ -713,9 +713,9 @@ def _apply_answer(agent: Agent, answered: dict, *, kind: str = "task") -> bool:
     the page shows it without waiting for one. False when Onlooker cannot read it."""
     try:
         if kind == "message":
-            ingest.apply_fetched_message(agent, answered)
+            fetched.apply_fetched_message(agent, answered)
         else:
-            ingest.apply_fetched(agent, answered)
+            fetched.apply_fetched(agent, answered)
     except protocol.BadBody as bad:
         log.warning("agent %s answered a %s Onlooker cannot read: %s", agent.pk, kind, bad.detail)
         return False

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from tasks.answering import a2a_client, agents, sync
 from tasks.answering.answers import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
 from tasks.models import Agent, PushEndpoint, Session
-from tasks.pushes import ingest
+from tasks.pushes import fetched
 from tasks.wire import protocol
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def _fetch(agent: Agent, task_id: str, shown: str) -> Followed:
     following = f"Following {shown}"
     try:
         task = a2a_client.get_task(agent, task_id)
-        ingest.apply_fetched(agent, task)
+        fetched.apply_fetched(agent, task)
     except a2a_client.A2AError as error:
         text = f"{following}; fetching it failed ({error}): its next push will show it."
         return Followed(False, _said(text), None)

@@ -19,7 +19,7 @@ from django.db.models import Max
 
 from tasks.answering import a2a_client, agents
 from tasks.models import Agent, Session, Task
-from tasks.pushes import ingest
+from tasks.pushes import fetched
 from tasks.wire import protocol
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def _fetch(agent: Agent, others: list[int], task_id: str, report: Report) -> Non
     task = a2a_client.get_task(agent, task_id)
     report.fetched += 1
     if not others:
-        report.applied += not ingest.apply_fetched(agent, task).duplicate
+        report.applied += not fetched.apply_fetched(agent, task).duplicate
         return
     with transaction.atomic():
         # Two syncs of the card's registrations at once must not both take a task nobody
@@ -148,7 +148,7 @@ def _fetch(agent: Agent, others: list[int], task_id: str, report: Report) -> Non
         if _held_elsewhere(agent, others, task_id, context_id):
             report.elsewhere += 1
             return
-        report.applied += not ingest.apply_fetched(agent, task).duplicate
+        report.applied += not fetched.apply_fetched(agent, task).duplicate
 
 
 def _held_elsewhere(agent: Agent, others: list[int], task_id: str, context_id: object) -> bool:

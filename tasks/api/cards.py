@@ -11,7 +11,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from tasks.answering.agents import agent_for_api_token
 from tasks.models import Agent, Session
-from tasks.pushes import ingest
+from tasks.pushes.apply import transcript
 from tasks.sessions import changes, progress_card
 from tasks.wire import json_safety
 from tasks.wire.numbers import whole_number
@@ -103,7 +103,7 @@ def _write(agent: Agent, request: HttpRequest) -> JsonResponse:
         card = written.card
         if card is not None:
             # The transcript's one writer of the agent side keeps the receipt.
-            ingest.card_receipt(session, card, at=now)
+            transcript.card_receipt(session, card, at=now)
             changes.card_written(session, written)
             changed = [changes.Changed(session, agent.team_id, card)]
             changes.changed(changed, derived=True, updated_at=now)

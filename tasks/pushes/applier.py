@@ -6,8 +6,9 @@ lone push is applied at once, and polling for what other processes received, for
 for what a crash left pending. `python manage.py apply_deliveries` runs the same loop
 standalone (web processes then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`:
 on the request, after the delivery is committed, so a test's push is applied when its
-response arrives. On SQLite a batch first moves the pushes waiting in the inbox file into
-the database (spool.py), and clears them from the inbox once it has committed.
+response arrives. On SQLite a batch first moves the pushes waiting in the spool file into
+the database (spool.py), and clears them from the spool once it has committed. Delivery rows
+are written by deliveries.py; an event is applied by apply/.
 
 A batch is one transaction: it claims up to `BATCH` due deliveries (`FOR UPDATE SKIP
 LOCKED` on PostgreSQL, so processes never claim the same ones) with their agents, locks and
@@ -38,15 +39,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks.models import NOT_READ, Agent, Delivery
-from tasks.pushes import ingest, process, spool
+from tasks.pushes import apply, deliveries, process
 from tasks.runtime.loop import Loop
 from tasks.runtime.writer import writing
 from tasks.sessions import changes, fragments, usage
@@ -64,12 +63,6 @@ OVERTIME = 3  # how far past BATCH_SECONDS a batch goes on finishing the session
 DENSE = 2
 GATHER_SECONDS = 0.02
 POLL_SECONDS = 1.0  # how often an idle applier looks for work nobody woke it for
-MAX_BACKOFF = timedelta(hours=1)
-
-
-def backoff(attempts: int) -> timedelta:
-    """How long after its `attempts`-th failure a delivery is tried again: 5 s, doubling."""
-    return min(timedelta(seconds=5 * 2 ** (attempts - 1)), MAX_BACKOFF)
 
 
 @dataclass
@@ -102,12 +95,12 @@ def apply_batch(
     now = timezone.now()
     with writing():
         with transaction.atomic():
-            moved = spool.take(limit)
+            moved = deliveries.move_from_spool(limit)
             later = _claim_and_apply(batch, limit, only, until, now)
         # Committed: what it moved is the database's now. Cleared before another process's
         # applier may take the spool's pushes, so none is ever moved (or counted) twice.
         try:
-            spool.clear(moved)
+            deliveries.clear_spool(moved)
         except Exception:  # noqa: BLE001 - the next move finds them moved and clears them
             log.exception("could not clear %s moved pushes from the spool", len(moved))
     if later is None:
@@ -131,7 +124,7 @@ def _claim_and_apply(
     their fragments are marked stale: the returned `Later` renders and stores them once
     this commits)."""
     postgresql = connection.vendor == "postgresql"
-    due = _due() if only is None else _due().filter(pk=only)
+    due = deliveries.due() if only is None else deliveries.due().filter(pk=only)
     # Their agents in the same query (locking only the deliveries' rows).
     claimed = list(
         due.select_related("agent")
@@ -182,11 +175,40 @@ def _apply(
     that delivery's alone, kept and retried, and a session another process holds defers
     only its deliveries. Savepoints are not free (two statements, two round trips on
     PostgreSQL, per delivery), and deliveries seldom fail: the batch is tried whole first."""
-    locked = ingest.Locked(nowait=nowait)
+    locked = apply.Locked(nowait=nowait)
     locked.preload(claimed)
-    by_session: dict[int, list[ingest._Applier]] = {}
-    teams: dict[int, int | None] = {}
-    done: list[Delivery] = []
+    results = _apply_in_order(claimed, batch, now, locked, until=until, alone=alone)
+    if not alone:
+        deliveries.record_outcomes(results.done)
+        # The batch's telemetry, one statement for all of it (none when it had none).
+        usage.record(a.grown for applied in results.by_session.values() for a in applied)
+    touched = _derive(results, alone=alone)
+    if not alone:
+        locked.timeline.write()  # the whole batch's entries, in one INSERT
+    return touched
+
+
+@dataclass
+class _Results:
+    """A batch's deliveries as they were applied: all of them (`done`), and those of each
+    session, in order, with the session's team."""
+
+    done: list[Delivery] = field(default_factory=list)
+    by_session: dict[int, list[apply.Applied]] = field(default_factory=dict)
+    teams: dict[int, int | None] = field(default_factory=dict)
+
+
+def _apply_in_order(
+    claimed: list[Delivery],
+    batch: Batch,
+    now,
+    locked: apply.Locked,
+    *,
+    until: tuple[float, float] | None,
+    alone: bool,
+) -> _Results:
+    results = _Results()
+    by_session = results.by_session
     started = time.monotonic()
     for delivery in claimed:
         if until is not None and by_session and time.monotonic() - started > until[0]:
@@ -211,87 +233,71 @@ def _apply(
                 continue
         else:
             event = protocol.parse(delivery.body.encode())
-            applied = ingest.apply_delivery(delivery, event, locked, save=False)
+            applied = apply.apply_delivery(delivery, event, locked, save=False)
         batch.applied += 1
-        done.append(delivery)
+        results.done.append(delivery)
         if applied.session is not None:
             by_session.setdefault(applied.session.pk, []).append(applied)
-            teams[applied.session.pk] = delivery.agent.team_id
-    if not alone:
-        ingest.record_outcomes(done)
-        # The batch's telemetry, one statement for all of it (none when it had none).
-        usage.record(a.grown for appliers in by_session.values() for a in appliers)
+            results.teams[applied.session.pk] = delivery.agent.team_id
+    return results
+
+
+def _derive(results: _Results, *, alone: bool) -> list[changes.Changed]:
+    """Each session the batch changed, derived once (unless applied alone: derived with each
+    delivery), as the "session changed" step takes it."""
+    by_session = results.by_session
     # What deriving reads, for all of the batch's sessions at once (a lone session's reads
     # are prepared statements, cheaper than compiling these).
     reads = changes.read_all(list(by_session)) if not alone and len(by_session) > 1 else {}
     touched = []
-    for session_id, appliers in by_session.items():
+    for session_id, applied in by_session.items():
         # Applied alone, a session was derived with each of its deliveries, some of which
         # may have been rolled back since: its card is read once this commits.
-        card = NOT_READ if alone else ingest.derive(appliers, reads.get(session_id))
-        session = appliers[-1].session
+        card = NOT_READ if alone else apply.derive(applied, reads.get(session_id))
+        session = applied[-1].session
         # Its fragments show its agent's name: the agent this batch loaded above, rather
         # than a query per session when they render. A rename meanwhile stores them again,
         # under the session's lock, once it commits (agents.changed); on SQLite, a later
         # store also stores them only if the name is still the one they show.
-        if session.agent_id == appliers[-1].agent.pk:
-            session.agent = appliers[-1].agent
-        touched.append(changes.Changed(session, teams[session_id], card))
-    if not alone:
-        locked.timeline.write()  # the whole batch's entries, in one INSERT
+        if session.agent_id == applied[-1].agent.pk:
+            session.agent = applied[-1].agent
+        touched.append(changes.Changed(session, results.teams[session_id], card))
     return touched
 
 
 def _apply_alone(
-    delivery: Delivery, batch: Batch, now, locked: ingest.Locked
-) -> ingest._Applier | None:
+    delivery: Delivery, batch: Batch, now, locked: apply.Locked
+) -> apply.Applied | None:
     """One delivery in its own savepoint, its session derived with it; None if it was
     rolled back (failed, and marked for a retry, or deferred)."""
     try:
         with transaction.atomic():
             event = protocol.parse(delivery.body.encode())
-            applied = ingest.apply_delivery(delivery, event, locked)
+            applied = apply.apply_delivery(delivery, event, locked)
             usage.record([applied.grown])  # in its savepoint: rolled back with it
             if applied.session is not None:
-                ingest.derive([applied])
+                apply.derive([applied])
             locked.timeline.write()
     except OperationalError as error:
         locked.forget()
         if changes.held(error):
             batch.deferred += 1
         else:
-            _failed(delivery, error, now)
+            deliveries.failed(delivery, error, now)
             batch.failed += 1
         return None
     except Exception as error:  # noqa: BLE001 - rolled back alone; kept and retried
         locked.forget()
-        _failed(delivery, error, now)
+        deliveries.failed(delivery, error, now)
         batch.failed += 1
         return None
     return applied
 
 
-def _failed(delivery: Delivery, error: Exception, now) -> None:
-    attempts = delivery.attempts + 1
-    log.error(
-        "delivery %s (agent %s) not applied, attempt %s: %s",
-        delivery.pk,
-        delivery.agent_id,
-        attempts,
-        error,
-        exc_info=error,
-    )
-    Delivery.objects.filter(pk=delivery.pk).update(
-        attempts=F("attempts") + 1,
-        last_error=f"{type(error).__name__}: {error}"[:2000],
-        retry_at=now + backoff(attempts),
-    )
-
-
-def retry_now(deliveries) -> int:
+def retry_now(queryset) -> int:
     """Have pending deliveries (a queryset) applied now rather than at their next retry, say
     once what made them fail is fixed; returns how many."""
-    count = deliveries.filter(outcome=Delivery.Outcome.PENDING).update(retry_at=None)
+    count = deliveries.retry_now(queryset)
     wake()
     return count
 
@@ -326,17 +332,11 @@ def drain(*, gather: float = 0.0, sleep: Callable[[float], None] = time.sleep) -
         # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
         # counted on its row, another applier finishing): look again shortly, a few times,
         # then leave them to the next poll.
-        if (batch.claimed or _due().exists()) and waits < 20:
+        if (batch.claimed or deliveries.due().exists()) and waits < 20:
             waits += 1
             time.sleep(0.01)
             continue
         return applied
-
-
-def _due():
-    return Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
-        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now())
-    )
 
 
 class Background(Loop):

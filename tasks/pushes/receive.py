@@ -2,8 +2,8 @@
 
 Order of checks: known endpoint (404), size (413), credentials (401, before anything is
 parsed), content type (415), webhook-id (400), body (400). A refused request stores nothing
-but a count on the agent's `Refusal` row. An accepted one is committed to the inbox (a
-pending `Delivery`) before the 2xx goes out, and applied after by the applier (applier.py):
+but a count on the agent's `Refusal` row. An accepted one is committed (a pending `Delivery`,
+deliveries.py) before the 2xx goes out, and applied after by the applier (applier.py):
 `200 {"outcome": "accepted" | "duplicate", "delivery": id}`. One that could not be committed
 is a 503 (Standard Webhooks senders retry a 5xx), never a 2xx.
 """
@@ -28,7 +28,7 @@ from standardwebhooks import Webhook
 
 from tasks.live import broadcast
 from tasks.models import Agent, PushEndpoint, matches_digest
-from tasks.pushes import applier, ingest, refusals
+from tasks.pushes import applier, deliveries, refusals
 from tasks.runtime import connections, outage
 from tasks.wire import agent_text, protocol
 from tasks.wire.numbers import whole_number
@@ -107,9 +107,9 @@ def _handle_push(
     except Refused as refused:
         count_refusal(endpoint.agent, refused.reason, refused.detail)
         return refused.status, refused.as_json()
-    key = ingest.idempotency_key(headers.get("webhook-id"), body)
+    key = deliveries.idempotency_key(headers.get("webhook-id"), body)
     try:
-        result = ingest.receive(endpoint, key, body, event)
+        result = deliveries.receive(endpoint, key, body, event)
     except Exception as error:  # noqa: BLE001 - rolled back whole: say so, and the agent sends it again
         _log_not_stored(error, "agent=%s key=%.40s", endpoint.agent_id, key)
         return 503, NOT_STORED

@@ -1,27 +1,28 @@
-"""The inbox file: on SQLite, where received pushes wait for the applier.
+"""The spool file: on SQLite, where received pushes wait for the applier.
 
 SQLite has one write lock per database file, and an applier batch holds the database's for
 as long as it applies (up to about a tenth of a second under load). A push kept in the
 database waited for it, and so did its 2xx: the receiver and the applier took turns, and
 together did less than either alone. Kept in a file of their own beside the database
 (`<database>-inbox`, WAL, synchronised as the database is), pushes never wait for a batch:
-the receiver's INSERT takes only the inbox's lock, for one row.
+the receiver's INSERT takes only the spool's lock, for one row.
 
-Each batch first moves what the inbox holds into the database's `Delivery` table, in the
-batch's own transaction and with the ids the receiver answered with (`take`), and deletes
-those rows from the inbox once that has committed (`clear`). A crash between the two leaves
+Each batch first moves what the spool holds into the database's `Delivery` table, in the
+batch's own transaction and with the ids the receiver answered with (`take` reads them,
+deliveries.move_from_spool writes them), and deletes those rows from the spool once that has
+committed (`clear`, through deliveries.clear_spool). A crash between the two leaves
 rows in both; the next move finds them there (same id, same key) and only deletes them, so
-nothing is lost and nothing applied twice. The inbox's id sequence numbers every delivery
+nothing is lost and nothing applied twice. The spool's id sequence numbers every delivery
 (`next_id` those kept in the database itself) and is kept above the database's highest
 delivery id, so the id the receiver answers with is the delivery's, and never another's.
 
-A copy of a push is found in the inbox (its unique key) or, once the first has been moved,
+A copy of a push is found in the spool (its unique key) or, once the first has been moved,
 in the database (read after the copy is kept, which never waits for the write lock: see
 `keep`); either way it is counted once, on the first, and never applied.
 
 PostgreSQL needs none of this (its writers lock rows, not the database), nor does a
 database in memory (one process; the tests'): `path()` is then None and pushes are kept in
-the database (ingest.receive).
+the database (deliveries.receive).
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ import json
 import os
 import sqlite3
 import threading
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, Max
+from django.db.models import Max
 
 from tasks.models import Delivery
 from tasks.runtime.writer import writing
@@ -55,13 +56,13 @@ CREATE TABLE IF NOT EXISTS push (
     UNIQUE (agent_id, idempotency_key)
 )
 """
-BUSY_TIMEOUT_SECONDS = 10.0  # the inbox's writers hold its lock for one row, or one DELETE
+BUSY_TIMEOUT_SECONDS = 10.0  # the spool's writers hold its lock for one row, or one DELETE
 
 _opened = threading.local()  # this thread's connection: ((file, database), connection)
 
 
 def path() -> str | None:
-    """This process's inbox file, or None where pushes are kept in the database itself."""
+    """This process's spool file, or None where pushes are kept in the database itself."""
     if connection.vendor != "sqlite" or settings.ONLOOKER_INBOX == "off":
         return None
     if settings.ONLOOKER_INBOX:
@@ -71,7 +72,7 @@ def path() -> str | None:
 
 
 def _taken_from() -> str | None:
-    """The inbox the applier takes pushes from: this process's, or, with the inbox turned
+    """The spool the applier takes pushes from: this process's, or, with the spool turned
     off, the one beside the database if a server kept pushes there before (acknowledged,
     they must still be applied)."""
     file = path()
@@ -107,21 +108,21 @@ def keep(
     task_id: str,
     body: str,
 ) -> Kept:
-    """Keep a push in the inbox, committed when this returns, or count it on its copy there.
+    """Keep a push in the spool, committed when this returns, or count it on its copy there.
 
     Kept, it is then looked for in the database: a first copy the applier has taken from the
-    inbox is the database's, committed before it left the inbox, so before this one could be
+    spool is the database's, committed before it left the spool, so before this one could be
     kept there; looked for after, it is found (`copy_of`), and this copy is counted on it
-    when it is moved (`take`). The applier may have moved this very push meanwhile: that
-    row is not another copy."""
-    inbox, attached = _connect(file)
+    when it is moved (deliveries.move_from_spool). The applier may have moved this very push
+    meanwhile: that row is not another copy."""
+    handle, attached = _connect(file)
     with writing(file):
         values = (agent_id, endpoint_id, key, received_at.isoformat(), kind, task_id, body)
-        kept = _keep(inbox, agent_id, key, values)
+        kept = _keep(handle, agent_id, key, values)
     if kept.duplicate:
         return kept
     if attached:  # one statement on this connection, made once
-        first = inbox.execute(
+        first = handle.execute(
             "SELECT id FROM onlooker.tasks_delivery"
             " WHERE agent_id = ? AND idempotency_key = ? AND id != ? LIMIT 1",
             (agent_id, key, kept.delivery_id),
@@ -133,18 +134,18 @@ def keep(
     return Kept(kept.delivery_id, duplicate=False, copy_of=first)
 
 
-def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> Kept:
-    """Call holding the inbox's writer lock: a copy found here cannot be moved (deleted)
+def _keep(handle: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> Kept:
+    """Call holding the spool's writer lock: a copy found here cannot be moved (deleted)
     between the INSERT it refused and the UPDATE that counts it."""
     try:
-        inserted = inbox.execute(
+        inserted = handle.execute(
             "INSERT INTO push (agent_id, endpoint_id, idempotency_key, received_at, kind,"
             " task_id, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
             values,
         )
         return Kept(inserted.lastrowid, duplicate=False)
     except sqlite3.IntegrityError:
-        found = inbox.execute(
+        found = handle.execute(
             "UPDATE push SET duplicates = duplicates + 1"
             " WHERE agent_id = ? AND idempotency_key = ? RETURNING id",
             (agent_id, key),
@@ -156,21 +157,46 @@ def _keep(inbox: sqlite3.Connection, agent_id: int, key: str, values: tuple) -> 
 
 def next_id(file: str) -> int:
     """An id for a delivery kept in the database itself (one fetched from its agent): the
-    inbox's sequence numbers them too, so no id is ever given twice."""
-    inbox, _ = _connect(file)
+    spool's sequence numbers them too, so no id is ever given twice."""
+    handle, _ = _connect(file)
     with writing(file):
         numbered = "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'push' RETURNING seq"
-        return inbox.execute(numbered).fetchone()[0]
+        return handle.execute(numbered).fetchone()[0]
 
 
-def take(limit: int) -> dict[int, int]:
-    """Move up to `limit` pushes, oldest first, from the inbox into `Delivery` (pending), in
-    the caller's transaction, which holds the database's write lock. Returns what to `clear`
-    once that transaction has committed: inbox id → copies counted on it when it was moved
-    (nothing where there is no inbox)."""
+class Spooled(NamedTuple):
+    """A push waiting in the spool, as `take` reads it."""
+
+    spool_id: int
+    agent_id: int
+    endpoint_id: int | None
+    key: str
+    received_at: str  # ISO 8601
+    kind: str
+    task_id: str
+    body: str
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Pushes `take` read from the spool, oldest first, and what the database has of them
+    (`KNOWN`): their agents and endpoints, and deliveries already there by (agent, key)."""
+
+    pushes: list[Spooled]
+    agents: set[int]
+    endpoints: set[int]
+    kept: dict[tuple[int, str], int]
+    ids_taken: set[int]
+
+
+def take(limit: int) -> Taken | None:
+    """Read up to `limit` pushes, oldest first, from the spool, for a move into `Delivery`
+    (deliveries.move_from_spool writes them, in the caller's transaction, which holds the
+    database's write lock); None where there is no spool or nothing in it."""
     file = _taken_from()
     if file is None:
-        return {}
+        return None
     rows = _connect(file)[0].execute(
         "SELECT id, agent_id, endpoint_id, idempotency_key, received_at, kind, task_id, body,"
         " duplicates FROM push ORDER BY id LIMIT ?",
@@ -178,38 +204,9 @@ def take(limit: int) -> dict[int, int]:
     )
     rows = rows.fetchall()
     if not rows:
-        return {}
-    agents, endpoints, kept, ids_taken = _known(rows)
-    new: list[Delivery] = []
-    copies: Counter[int] = Counter()
-    for inbox_id, agent_id, endpoint_id, key, received_at, kind, task_id, body, dups in rows:
-        if agent_id not in agents:
-            continue  # its agent was deleted meanwhile, and its deliveries with it
-        first = kept.get((agent_id, key))
-        if first == inbox_id:
-            continue
-        if first is not None:
-            copies[first] += 1 + dups
-            continue
-        new.append(
-            Delivery(
-                # Its own id, which its agent was told; another only if the database has it
-                # (the inbox was deleted, or the database replaced, since).
-                pk=None if inbox_id in ids_taken else inbox_id,
-                agent_id=agent_id,
-                endpoint_id=endpoint_id if endpoint_id in endpoints else None,
-                idempotency_key=key,
-                received_at=datetime.fromisoformat(received_at),
-                kind=kind,
-                task_id=task_id,
-                body=body,
-                duplicates=dups,
-            )
-        )
-    Delivery.objects.bulk_create(new)
-    for pk, count in copies.items():
-        Delivery.objects.filter(pk=pk).update(duplicates=F("duplicates") + count)
-    return {row[0]: row[8] for row in rows}
+        return None
+    pushes = [Spooled._make(row) for row in rows]
+    return Taken(pushes, *_known(pushes))
 
 
 # What the database has of a move's rows, in one statement: their agents and endpoints (gone
@@ -232,16 +229,18 @@ SELECT 'delivery', d.id, d.agent_id, d.idempotency_key
 """
 
 
-def _known(rows: list[tuple]) -> tuple[set[int], set[int], dict[tuple[int, str], int], set[int]]:
+def _known(
+    pushes: list[Spooled],
+) -> tuple[set[int], set[int], dict[tuple[int, str], int], set[int]]:
     agents: set[int] = set()
     endpoints: set[int] = set()
     kept: dict[tuple[int, str], int] = {}
     ids_taken: set[int] = set()
     params = [
-        json.dumps(sorted({row[1] for row in rows})),
-        json.dumps(sorted({row[2] for row in rows if row[2] is not None})),
-        json.dumps([row[0] for row in rows]),
-        json.dumps([[row[1], row[3]] for row in rows]),
+        json.dumps(sorted({push.agent_id for push in pushes})),
+        json.dumps(sorted({push.endpoint_id for push in pushes if push.endpoint_id is not None})),
+        json.dumps([push.spool_id for push in pushes]),
+        json.dumps([[push.agent_id, push.key] for push in pushes]),
     ]
     with connection.cursor() as cursor:
         cursor.execute(KNOWN, params)
@@ -256,29 +255,29 @@ def _known(rows: list[tuple]) -> tuple[set[int], set[int], dict[tuple[int, str],
     return agents, endpoints, kept, ids_taken
 
 
-def clear(moved: dict[int, int]) -> None:
-    """Delete moved pushes from the inbox: call once the move has committed, still holding
-    the database's writer lock. A copy counted on one of them since it was moved is counted
-    on its delivery."""
+def clear(moved: dict[int, int]) -> list[tuple[int, str, int]]:
+    """Delete moved pushes from the spool: call once the move has committed, still holding
+    the database's writer lock. Returns the copies counted on them since they were moved:
+    (agent, key, how many more), for deliveries.clear_spool to count on their deliveries."""
     file = _taken_from()
     if file is None or not moved:
-        return
-    inbox, _ = _connect(file)
+        return []
+    handle, _ = _connect(file)
     with writing(file):
-        deleted = inbox.execute(
+        deleted = handle.execute(
             "DELETE FROM push WHERE id IN (SELECT value FROM json_each(?))"
             " RETURNING id, agent_id, idempotency_key, duplicates",
             (json.dumps(list(moved)),),
         ).fetchall()
-    late = [row for row in deleted if row[3] > moved[row[0]]]
-    for inbox_id, agent_id, key, duplicates in late:
-        Delivery.objects.filter(agent_id=agent_id, idempotency_key=key).update(
-            duplicates=F("duplicates") + (duplicates - moved[inbox_id])
-        )
+    return [
+        (agent_id, key, duplicates - moved[spool_id])
+        for spool_id, agent_id, key, duplicates in deleted
+        if duplicates > moved[spool_id]
+    ]
 
 
 def waiting() -> int:
-    """How many pushes the inbox holds (0 where there is none)."""
+    """How many pushes the spool holds (0 where there is none)."""
     file = path()
     if file is None:
         return 0
@@ -286,7 +285,7 @@ def waiting() -> int:
 
 
 def _connect(file: str) -> tuple[sqlite3.Connection, bool]:
-    """This thread's connection to the inbox, and whether the database is attached to it
+    """This thread's connection to the spool, and whether the database is attached to it
     (as `onlooker`, read only by `keep`; not where the database is in memory)."""
     database = _database()
     opened = getattr(_opened, "connection", None)
@@ -294,27 +293,27 @@ def _connect(file: str) -> tuple[sqlite3.Connection, bool]:
         return opened[1], database is not None
     if opened is not None:
         opened[1].close()
-    inbox = sqlite3.connect(file, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
-    inbox.execute("PRAGMA journal_mode=WAL")
-    inbox.execute("PRAGMA synchronous=NORMAL")
-    # The database's highest delivery id, read before the inbox is locked (so the two locks
-    # are never held in the other order); only moves raise it, and they take inbox ids.
+    handle = sqlite3.connect(file, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    handle.execute("PRAGMA journal_mode=WAL")
+    handle.execute("PRAGMA synchronous=NORMAL")
+    # The database's highest delivery id, read before the spool is locked (so the two locks
+    # are never held in the other order); only moves raise it, and they take spool ids.
     floor = Delivery.objects.aggregate(highest=Max("pk"))["highest"] or 0
-    inbox.execute("BEGIN IMMEDIATE")
+    handle.execute("BEGIN IMMEDIATE")
     try:
-        inbox.execute(SCHEMA)
-        inbox.execute(
+        handle.execute(SCHEMA)
+        handle.execute(
             "INSERT INTO sqlite_sequence (name, seq) SELECT 'push', 0"
             " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'push')"
         )
-        inbox.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'push'", (floor,))
-        inbox.execute("COMMIT")
+        handle.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'push'", (floor,))
+        handle.execute("COMMIT")
         if database is not None:
-            inbox.execute("ATTACH DATABASE ? AS onlooker", (database,))
+            handle.execute("ATTACH DATABASE ? AS onlooker", (database,))
     except BaseException:
-        if inbox.in_transaction:
-            inbox.execute("ROLLBACK")
-        inbox.close()
+        if handle.in_transaction:
+            handle.execute("ROLLBACK")
+        handle.close()
         raise
-    _opened.connection = ((file, database), inbox)
-    return inbox, database is not None
+    _opened.connection = ((file, database), handle)
+    return handle, database is not None

@@ -3,7 +3,7 @@ decisions people made, the card's revisions and the artifact versions, in time o
 one writer of `TimelineEntry` rows, and their one reader.
 
 Writing. The applier applies many pushes in one transaction: their entries are gathered in a
-`Pending` (one per batch, on `ingest.Locked`) and inserted with one bulk INSERT when the
+`Pending` (one per batch, on `pushes/apply`'s `Locked`) and inserted with one bulk INSERT when the
 batch (or, applied alone, its delivery's savepoint) is done, so a push costs no query of its
 own here. Answers and dismissals (answers.py) and card-API writes are one person's action
 each: their entry is inserted at once, in the action's transaction.

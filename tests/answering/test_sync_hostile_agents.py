@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from tasks.answering import a2a_client
 from tasks.models import Agent, Delivery, Task
-from tasks.pushes import ingest
+from tasks.pushes import fetched
 from tasks.wire import protocol
 from tests.answering.test_add_agent import agent_card
 from tests.builders import ts
@@ -184,7 +184,7 @@ def test_a_fetched_task_too_deep_to_encode_is_refused_as_unreadable(db):
     up first."""
     registered = make_agent()
     with pytest.raises(protocol.BadBody, match="the task nests too deeply"):
-        ingest.apply_fetched(registered.agent, task("deep", metadata=nested(5_000)))
+        fetched.apply_fetched(registered.agent, task("deep", metadata=nested(5_000)))
     assert not Task.objects.exists() and not Delivery.objects.exists()
 
 

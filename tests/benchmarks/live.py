@@ -925,7 +925,7 @@ def _child_overview(sessions: int, requests: int) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     from tasks.models import Agent, Session
-    from tasks.pushes import ingest
+    from tasks.pushes import applier, deliveries
     from tasks.wire import protocol
 
     user = User.objects.get(username=USERNAME)
@@ -941,16 +941,11 @@ def _child_overview(sessions: int, requests: int) -> dict:
         while made < checkpoint:
             raw = json.dumps(overview_session_body(number)).encode()
             number += 1
-            key, event = ingest.idempotency_key(None, raw), protocol.parse(raw)
-            if hasattr(ingest, "apply"):  # applied in the request
-                ingest.apply(endpoint, key, raw, event)
-            else:  # the durable inbox: kept, then applied by this process's applier below
-                ingest.receive(endpoint, key, raw, event)
+            key, event = deliveries.idempotency_key(None, raw), protocol.parse(raw)
+            # Kept, then applied by this process's applier below.
+            deliveries.receive(endpoint, key, raw, event)
             made += 1
-        if not hasattr(ingest, "apply"):
-            from tasks.pushes import applier
-
-            applier.drain()
+        applier.drain()
         create_seconds += time.perf_counter() - started
         close_old_connections()
         timings, counts = [], []

@@ -78,7 +78,7 @@ def long_session(server: LiveServer, ops) -> Session:
     body = status("WORKING", at=2, text=LONG_NOTE, metadata={profile.PROGRESS: {"steps": steps}})
     assert push_http(server, registered, body).status_code == 200
     session = Session.objects.get(agent=registered.agent)
-    # Onlooker keeps a title's first 200 characters (tasks/pushes/ingest.py): still one long word.
+    # Onlooker keeps a title's first 200 characters (sessions/changes.py): still one long word.
     assert session.title == LONG_TITLE[:200]
     return session
 

@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tasks.models import Agent, Delivery, Message, Task
-from tasks.pushes import applier, ingest, spool
+from tasks.pushes import applier, deliveries, spool
 from tasks.runtime.writer import writing
 from tests.builders import status
 from tests.conftest import make_agent, push
@@ -129,7 +129,7 @@ def test_pushes_moved_before_a_crash_kept_the_inbox_from_being_cleared_are_appli
     _, delivery_id = answer(push(Client(), registered, status("WORKING", at=1, text="once")))
     # What a crash right after a batch committed leaves: the push moved, still in the inbox.
     with writing(), transaction.atomic():
-        spool.take(100)
+        deliveries.move_from_spool(100)
     assert spool.waiting() == 1 and Delivery.objects.filter(pk=delivery_id).exists()
 
     applier.apply_batch()
@@ -177,7 +177,7 @@ def test_a_push_the_applier_moves_at_once_is_accepted_not_taken_for_a_copy_of_it
     Delivery.objects.create(
         pk=last + 1,
         agent=registered.agent,
-        idempotency_key=ingest.idempotency_key("msg-moved", b""),
+        idempotency_key=deliveries.idempotency_key("msg-moved", b""),
         received_at=timezone.now(),
         kind="statusUpdate",
         task_id="task-1",

@@ -17,7 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tasks.models import Agent, Session, Task, UsageDay
-from tasks.pushes import applier, ingest
+from tasks.pushes import applier, fetched
 from tasks.wire import profile
 from tests.builders import artifact, status
 from tests.conftest import make_agent, push
@@ -138,7 +138,7 @@ def test_the_same_telemetry_again_adds_nothing(alice, ops_agent):
         "metadata": telemetry(costUsd=0.4, tokens=100, steps=2),
     }
     with time_machine.travel(DAY, tick=False):
-        ingest.apply_fetched(Agent.objects.get(pk=ops_agent.agent.pk), snapshot)
+        fetched.apply_fetched(Agent.objects.get(pk=ops_agent.agent.pk), snapshot)
 
     today = day_of(usage_json(alice).json(), "2026-12-02")
     assert (today["costUsd"], today["tokens"], today["steps"]) == (0.4, 100, 2)

@@ -10,9 +10,8 @@ import re
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
-from tasks.models import Delivery
+from tasks.pushes import deliveries
 
 _AGE = re.compile(r"^(\d+)([hd])$")
 MIN_AGE = timedelta(days=2)  # longer than any agent retries a push
@@ -36,12 +35,10 @@ class Command(BaseCommand):
                 "and their keys are what makes a retry a duplicate"
             )
         # A pending delivery is a push not applied yet (its apply keeps failing): kept until
-        # it is, however old.
-        old = Delivery.objects.filter(received_at__lt=timezone.now() - age).exclude(
-            outcome=Delivery.Outcome.PENDING
-        )
+        # it is, however old (deliveries.prune).
         if dry_run:
-            self.stdout.write(f"{old.count()} deliveries older than {older_than} would go.")
+            count = deliveries.prune(age, dry_run=True)
+            self.stdout.write(f"{count} deliveries older than {older_than} would go.")
             return
-        deleted, _ = old.delete()
+        deleted = deliveries.prune(age)
         self.stdout.write(f"Deleted {deleted} deliveries older than {older_than}.")

@@ -1,0 +1,102 @@
+"""What applying shares: `Locked`, what one batch has locked and loaded, and `Applied`, what
+applying one delivery has found and done so far (its session, warnings, note, usage), read
+by the parts that apply it (status, interactions, transcript, artifacts) and by `derive`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tasks.models import Agent, Card, Delivery, Session, Task
+from tasks.sessions import changes, timeline, usage
+from tasks.wire import protocol as p
+
+
+class Locked:
+    """What one batch has locked and loaded: each session row once, each task once. Shared by
+    the deliveries of one batch, in its transaction (the row locks last until it ends)."""
+
+    def __init__(self, *, nowait: bool = False) -> None:
+        self.nowait = nowait
+        self.sessions: dict[int, Session] = {}
+        self.tasks: dict[tuple[int, str], Task] = {}
+        self._held: set[tuple[int, str]] = set()
+        # (agent, task id) → session id, for the tasks `preload` found.
+        self.session_of: dict[tuple[int, str], int] = {}
+        # The locked sessions' cards (a session without one is not here): derive reads them
+        # from here rather than one query per session. Only derive writes a card in a batch.
+        self.cards: dict[int, Card] = {}
+        self.forgot = False
+        # The batch's timeline entries, inserted together once it is applied (applier.py).
+        self.timeline = timeline.Pending()
+        # Tasks created here that have had no status yet: their first one is a state entry
+        # even when it repeats the state they were created in.
+        self.fresh: set[int] = set()
+
+    def preload(self, deliveries: list[Delivery]) -> None:
+        """Lock and load, in four queries, the sessions, tasks and cards these deliveries go
+        to that exist already, rather than four queries per task as each is first met. A session
+        another process holds is passed over, and its deliveries are deferred (`held`)."""
+        wanted = {(d.agent_id, d.task_id) for d in deliveries if d.task_id}
+        if not wanted:
+            return
+        self.session_of = sessions_of = {
+            (agent_id, task_id): session_id
+            for agent_id, task_id, session_id in Task.objects.filter(
+                agent_id__in={a for a, _ in wanted}, task_id__in={t for _, t in wanted}
+            ).values_list("agent_id", "task_id", "session_id")
+            if (agent_id, task_id) in wanted
+        }
+        if not sessions_of:
+            return
+        sessions = changes.lock_all(set(sessions_of.values()), skip_locked=self.nowait)
+        self.sessions.update((session.pk, session) for session in sessions)
+        self._held = {key for key, id_ in sessions_of.items() if id_ not in self.sessions}
+        if self.sessions:
+            self.cards = Card.objects.in_bulk(list(self.sessions), field_name="session_id")
+        for task in Task.objects.filter(
+            session_id__in=self.sessions.keys(),
+            agent_id__in={a for a, _ in wanted},
+            task_id__in={t for _, t in sessions_of},
+        ):
+            self.tasks[(task.agent_id, task.task_id)] = task
+
+    def held(self, delivery: Delivery) -> bool:
+        """Whether `preload` found the session of this delivery's task held by another
+        process (its deliveries wait for a later batch)."""
+        return (delivery.agent_id, delivery.task_id) in self._held
+
+    def forget(self) -> None:
+        """A delivery was rolled back: what it changed of these objects in memory is not in
+        the database, so they are read again (the row locks stay: the transaction goes on)."""
+        self.sessions.clear()
+        self.tasks.clear()
+        self.cards.clear()
+        self.timeline.drop()
+        self.forgot = True
+
+    def session(self, session_id: int) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions[session_id] = changes.lock(session_id, nowait=self.nowait)
+        return session
+
+    def open_session(self, agent: Agent, context_id: str, at: datetime) -> Session:
+        session = changes.open_session(agent, context_id, at=at, nowait=self.nowait)
+        return self.sessions.setdefault(session.pk, session)
+
+
+@dataclass
+class Applied:
+    """One delivery's apply (apply_delivery): what it found and did so far."""
+
+    agent: Agent
+    now: datetime  # when the delivery was received
+    locked: Locked
+    warnings: list[str] = field(default_factory=list)
+    session: Session | None = None
+    # The applied status's note message and time: what a card receipt is kept as.
+    note: tuple[Task, p.Message, datetime, bool] | None = None
+    status_at: tuple[Task, datetime] | None = None
+    # What this delivery adds to the usage ledger: written with its batch's (usage.record).
+    grown: usage.Deltas = field(default_factory=usage.Deltas)
