@@ -37,7 +37,7 @@ def close_this_thread_s() -> None:
 
 def lost(error: BaseException) -> bool:
     """Whether `error` came from this thread's connection breaking (the server restarted or
-    ended it while it was kept idle): the next unit connects again, and there is nothing in
-    the code to show a traceback for."""
+    ended it while it was kept idle) or from getting one: the next unit connects again, and
+    there is nothing in the code to show a traceback for."""
     raw = connection.connection
-    return isinstance(error, DatabaseError) and raw is not None and getattr(raw, "broken", False)
+    return isinstance(error, DatabaseError) and (raw is None or getattr(raw, "broken", False))

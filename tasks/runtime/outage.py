@@ -19,6 +19,7 @@ beside the process: it is never away.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -52,10 +53,22 @@ def noticed(error: BaseException) -> bool:
     with _lock:
         if is_away():  # another thread found out while this one waited
             return True
-        if _reachable():
-            return False
-        _mark_away()
-    return True
+        if not _reachable():
+            _mark_away()
+            return True
+    if _connection_error(error):
+        # Reachable, yet this connection broke or none could be had: the server restarted
+        # or ended its connections, and the pool's other idle ones are dead too. Checked
+        # now (those that fail are replaced), rather than one by one as they are lent, with
+        # a pause that doubles each time.
+        with contextlib.suppress(Exception):
+            connections["default"].pool.check()
+    return False
+
+
+def _connection_error(error: BaseException) -> bool:
+    raw = connections["default"].connection
+    return raw is None or getattr(raw, "broken", False)
 
 
 def _pooled() -> bool:
