@@ -1,8 +1,8 @@
 """Catching up with agents. Each agent's card is read again, and pushes lost while Onlooker
 was down (or never sent) are recovered by asking each agent what changed (`ListTasks` after
 the last update Onlooker saw) and fetching (`GetTask`) every task it holds something newer
-of. What comes back goes through ingest like a push of the same snapshot, so running this
-twice changes nothing.
+of. What comes back is applied like a push of the same snapshot (pushes/fetched.py), so
+running this twice changes nothing.
 
 One agent may be registered twice (`add_agent --again`): both registrations list the same
 tasks. A task, and every task of its context, belongs to the registration that holds it
@@ -156,7 +156,7 @@ def _held_elsewhere(agent: Agent, others: list[int], task_id: str, context_id: o
     and this registration holds neither: applied here it would be a second session."""
     if not others:
         return False
-    # A context id Onlooker cannot keep (NUL, a lone surrogate) is never a session's: ingest
+    # A context id Onlooker cannot keep (NUL, a lone surrogate) is never a session's: parsing
     # refuses it, and a query holding one would fail.
     sendable = isinstance(context_id, str) and context_id and _sendable(context_id)
     context = context_id if sendable else None
@@ -192,7 +192,7 @@ def _known(agent: Agent, task_id: str, summary: dict) -> bool:
     status = summary.get("status")
     stamp = status.get("timestamp") if isinstance(status, dict) else None
     if not isinstance(stamp, str):
-        return False  # undated: fetch it, ingest decides
+        return False  # undated: fetch it, applying decides
     try:
         theirs = protocol.parse_timestamp(stamp)
     except ValueError:

@@ -3,7 +3,7 @@ the outbox that feeds them, and the sender that empties it.
 
     models.py   NotificationChannel (a team's channel) and Notification (the outbox: one row
                 per event per channel, written in the transaction of the change it reports)
-    outbox.py   the only writer of new outbox rows, called by ingest and answers
+    outbox.py   the only writer of new outbox rows, called by the applier and answers
     sender.py   the only writer of sending state: claims due rows, sends, retries with backoff
     claims.py   the sender's part that finds what is due, in order, and leases it
     shares.py   each team's share of the sender's workers

@@ -1,5 +1,5 @@
 """The only writer of new notifications: called inside the transaction of the change they
-report (ingest opens and closes interactions, answers records decisions), so a change and
+report (the applier opens and closes interactions, answers records decisions), so a change and
 its notifications commit or roll back together, and a change applied twice queues nothing
 twice (one row per event per channel).
 

@@ -30,7 +30,7 @@ channel stay pending until it is enabled.
 Channels are sent to concurrently, one worker per channel at a time, with short timeouts,
 and each team's channels hold at most TEAM_WORKERS of the WORKERS at once (shares.py): a
 slow or failing channel never delays another, nor one team's dead receivers another team's
-channels. Nothing here runs on a request (ingest and answers only insert rows). The
+channels. Nothing here runs on a request (the applier and answers only insert rows). The
 background thread (`ONLOOKER_NOTIFIER=background`, the default, started with the ASGI app)
 looks every POLL_SECONDS; `manage.py send_notifications` runs the same loop standalone
 (`ONLOOKER_NOTIFIER=external`).

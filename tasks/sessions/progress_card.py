@@ -486,7 +486,7 @@ def recent_tasks(session: Session) -> list[Task]:
 def from_session(
     session: Session, tasks: list[Task], *, question: Any = NOT_READ, card: Any = NOT_READ
 ) -> Written:
-    """Recompute an A2A session's card from what ingest stored; `tasks` newest first.
+    """Recompute an A2A session's card from what the applier stored; `tasks` newest first.
 
     Plan: the latest progress/v1 plan. Note: the latest status message that is not a
     question (a question is the interaction's prompt). Beside them: state, the open
