@@ -15,10 +15,10 @@ from tasks.answering import agents
 from tasks.models import (
     Agent,
     Artifact,
-    Card,
     Delivery,
     Interaction,
     Message,
+    ProgressCard,
     PushEndpoint,
     Refusal,
     Session,
@@ -300,7 +300,7 @@ class MessageAdmin(ReadOnlyAdmin):
     list_display = ("at", "role", "session", "text")
 
 
-@admin.register(Card)
+@admin.register(ProgressCard)
 class CardAdmin(ReadOnlyAdmin):
     list_display = ("session", "revision", "updated_at")
     search_fields = ("session__context_id", "session__title")

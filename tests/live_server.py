@@ -231,8 +231,8 @@ def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
         return  # nothing of it was applied to a session (a message that names none)
 
     def stored() -> bool:
-        session = Session.objects.select_related("card", "view").get(pk=task.session_id)
-        view, card = getattr(session, "view", None), getattr(session, "card", None)
+        session = Session.objects.select_related("card", "fragments").get(pk=task.session_id)
+        view, card = getattr(session, "fragments", None), getattr(session, "card", None)
         return (
             view is not None
             and view.version == fragments.version()

@@ -5,18 +5,20 @@
     tasks           Task: one A2A task of a session, as its agent last reported it
     interactions    Interaction: what an agent waits for, and the transitions of its state
     sessions        Session, and each session's fragments and searchable text
-    deliveries      Delivery: every accepted push, the durable inbox
+    deliveries      Delivery: every accepted push, pending until it is applied
     transcript      Artifact, Message
-    progress_cards  Card: a session's progress card
+    progress_cards  ProgressCard: a session's progress card
     usage           UsageDay: what agents' work cost per day
     timeline        TimelineEntry: a session's history
     notify          NotificationChannel, Notification: the outbox to a team's channels
     reset_limits    ResetLimit: how often password reset was asked for
 
-Writers: `answering/agents.py` registers agents and endpoints, `pushes/ingest.py` alone applies
-pushes to sessions, tasks, interactions, artifacts and the transcript; `answering/answers.py`
-writes people's decisions. An interaction's state changes only through the transitions
-`Interaction.objects` names, which those two call. Nothing here writes on save.
+One writer each: `answering/agents.py` registers agents and endpoints; `pushes/deliveries.py`
+writes Delivery rows; `pushes/apply/` alone applies pushes to tasks, interactions, artifacts
+and the transcript; `sessions/changes.py` writes Session rows, `sessions/progress_card.py`
+cards, `sessions/fragments.py` stored fragments; `answering/answers.py` people's decisions.
+An interaction's state changes only through the transitions `Interaction.objects` names,
+which the appliers and answering call. Nothing here writes on save.
 
 Importing this package registers every model with Django, and hands on the names other code
 imports from `tasks.models`.
@@ -27,9 +29,15 @@ from tasks.models.agents import Agent, PushEndpoint, Refusal, digest, matches_di
 from tasks.models.deliveries import Delivery
 from tasks.models.interactions import Interaction
 from tasks.models.notify import Notification, NotificationChannel
-from tasks.models.progress_cards import Card
+from tasks.models.progress_cards import ProgressCard
 from tasks.models.reset_limits import ResetLimit
-from tasks.models.sessions import NEWEST_OPEN_ORDER, NOT_READ, Session, SessionText, SessionView
+from tasks.models.sessions import (
+    NEWEST_OPEN_ORDER,
+    NOT_READ,
+    Session,
+    SessionFragments,
+    SessionText,
+)
 from tasks.models.states import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from tasks.models.tasks import Task
 from tasks.models.timeline import TimelineEntry
@@ -43,7 +51,7 @@ __all__ = [
     "TERMINAL_STATES",
     "Agent",
     "Artifact",
-    "Card",
+    "ProgressCard",
     "Delivery",
     "Interaction",
     "Message",
@@ -54,7 +62,7 @@ __all__ = [
     "ResetLimit",
     "Session",
     "SessionText",
-    "SessionView",
+    "SessionFragments",
     "Task",
     "TaskState",
     "TimelineEntry",

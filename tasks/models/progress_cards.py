@@ -18,7 +18,7 @@ STEP_WORDS = {
 }
 
 
-class Card(models.Model):
+class ProgressCard(models.Model):
     """A session's progress card. Written only by `sessions/progress_card.py`; `html` is the
     sanitized rendering of `markdown`, made once at write time. A cleared card stays as a tombstone
     (no plan, no markdown) so its revisions continue."""

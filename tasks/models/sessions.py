@@ -88,13 +88,13 @@ _NEWEST_OPEN_INTERACTION = Prepared(
 )
 
 
-class SessionView(models.Model):
+class SessionFragments(models.Model):
     """A session's fragments as the pages and live messages show them (card, collapsed card,
     sidebar row, monitoring tile), rendered once when the session changes. Written only by
     `tasks/sessions/fragments.py`; never per person. `version` names the templates that
     rendered them, so fragments from older templates are rendered afresh on read instead."""
 
-    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="view")
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="fragments")
     version = models.CharField(max_length=16)
     revision = models.PositiveIntegerField(default=0)
     card = models.TextField()

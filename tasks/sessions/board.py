@@ -195,7 +195,7 @@ def counts(user, filters: Filters = NO_FILTERS) -> dict[str, int]:
 
 
 def _with_fragments(sessions: QuerySet[Session]) -> QuerySet[Session]:
-    return sessions.select_related("view", "card", "agent")
+    return sessions.select_related("fragments", "card", "agent")
 
 
 def sidebar(user) -> list[str]:

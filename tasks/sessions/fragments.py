@@ -22,7 +22,15 @@ from django.db import transaction
 from django.template.loader import render_to_string
 
 from tasks.live import broadcast
-from tasks.models import NOT_READ, Agent, Card, Session, SessionView, progress_cards, states
+from tasks.models import (
+    NOT_READ,
+    Agent,
+    ProgressCard,
+    Session,
+    SessionFragments,
+    progress_cards,
+    states,
+)
 from tasks.models import sessions as session_models
 
 log = logging.getLogger(__name__)
@@ -58,7 +66,7 @@ def version() -> str:
     return digest.hexdigest()[:16]
 
 
-def _context(session: Session, card: Card | None) -> dict:
+def _context(session: Session, card: ProgressCard | None) -> dict:
     # The state in words from the card read just now, never a card the session object may
     # hold from before the change.
     facts = card.facts if card is not None else None
@@ -75,7 +83,7 @@ def _tile_card(context: dict, card_html: str | None = None) -> str:
     return render_to_string(PARTIALS["card"], {**context, "in_tile": True})
 
 
-def render(session: Session, card: Card | None) -> dict[str, str]:
+def render(session: Session, card: ProgressCard | None) -> dict[str, str]:
     context = _context(session, card)
     html = {"card": render_to_string(PARTIALS["card"], context)}
     tile = {**context, "card_html": _tile_card(context, html["card"])}
@@ -88,7 +96,7 @@ def render(session: Session, card: Card | None) -> dict[str, str]:
 def forget_agent(agent: Agent) -> None:
     """Drop the stored fragments of every session of the agent: they show its name, which a
     person changed (see `agents.changed`)."""
-    SessionView.objects.filter(session__agent=agent).delete()
+    SessionFragments.objects.filter(session__agent=agent).delete()
 
 
 def of(session: Session) -> dict[str, str]:
@@ -98,10 +106,10 @@ def of(session: Session) -> dict[str, str]:
 
 def one(session: Session, key: str) -> str:
     """One fragment to show: the stored one, or (stored by older templates, or never)
-    rendered now. Load `session` with select_related("view", "card", "agent")."""
-    view = getattr(session, "view", None)  # a missing one-to-one row reads as None here
-    if view is not None and view.version == version():
-        return getattr(view, key)
+    rendered now. Load `session` with select_related("fragments", "card", "agent")."""
+    stored = getattr(session, "fragments", None)  # a missing one-to-one row reads as None
+    if stored is not None and stored.version == version():
+        return getattr(stored, key)
     context = _context(session, getattr(session, "card", None))
     if key == "tile":
         context["card_html"] = _tile_card(context)
@@ -111,7 +119,7 @@ def one(session: Session, key: str) -> str:
 def snapshot(session: Session, rendered: Rendered | None = None) -> dict:
     """What a browser needs to show a session: its fragments with the card revision they
     show (`rendered` just now, or as kept: load `session` with select_related("card",
-    "view")). The live message and the HTTP refetch are this same dict."""
+    "fragments")). The live message and the HTTP refetch are this same dict."""
     card = rendered.card if rendered else getattr(session, "card", None)
     return {
         "type": "card.changed",
@@ -149,14 +157,14 @@ class Changed:
 
     session: Session
     team_id: int | None
-    card: Card | None | object = NOT_READ
+    card: ProgressCard | None | object = NOT_READ
 
 
 @dataclass(frozen=True)
 class Rendered:
     session: Session
     team_id: int | None
-    card: Card | None
+    card: ProgressCard | None
     html: dict[str, str]
 
 
@@ -237,7 +245,7 @@ def _render(changed: list[Changed]) -> list[Rendered]:
     unread = [c.session.pk for c in changed if c.card is NOT_READ]
     if unread:
         try:
-            cards.update(Card.objects.in_bulk(unread, field_name="session_id"))
+            cards.update(ProgressCard.objects.in_bulk(unread, field_name="session_id"))
         except Exception:  # noqa: BLE001 - none renders: pages render them on read
             log.exception("could not read the cards of sessions %s to render", unread)
             return []
@@ -254,9 +262,9 @@ def _render(changed: list[Changed]) -> list[Rendered]:
 _STORED_FIELDS = ["version", "revision", *PARTIALS]
 
 
-def _view(one: Rendered) -> SessionView:
+def _view(one: Rendered) -> SessionFragments:
     revision = one.card.revision if one.card else 0
-    return SessionView(session=one.session, version=version(), revision=revision, **one.html)
+    return SessionFragments(session=one.session, version=version(), revision=revision, **one.html)
 
 
 def _upsert(rendered: list[Rendered]) -> list[Rendered]:
@@ -268,10 +276,10 @@ def _upsert(rendered: list[Rendered]) -> list[Rendered]:
     if len(rendered) == 1:
         view = _view(rendered[0])
         fields = {name: getattr(view, name) for name in _STORED_FIELDS}
-        if not SessionView.objects.filter(session=view.session).update(**fields):
+        if not SessionFragments.objects.filter(session=view.session).update(**fields):
             view.save(force_insert=True)
         return rendered
-    SessionView.objects.bulk_create(
+    SessionFragments.objects.bulk_create(
         [_view(one) for one in rendered],
         update_conflicts=True,
         unique_fields=["session"],
@@ -316,7 +324,7 @@ def _still_current(rendered: list[Rendered]) -> list[Rendered]:
 
 
 def _mark_stale(session_ids) -> None:
-    SessionView.objects.filter(session_id__in=session_ids).update(version="")
+    SessionFragments.objects.filter(session_id__in=session_ids).update(version="")
 
 
 def _drop(session_ids: list[int]) -> None:
@@ -324,7 +332,7 @@ def _drop(session_ids: list[int]) -> None:
     was before the change (pages render what is missing). Never undoes the change."""
     try:
         with transaction.atomic():
-            SessionView.objects.filter(session_id__in=session_ids).delete()
+            SessionFragments.objects.filter(session_id__in=session_ids).delete()
     except Exception:  # noqa: BLE001 - the stale fragments stay; the change still commits
         log.exception("could not drop the stale fragments of sessions %s", session_ids)
 
@@ -346,7 +354,9 @@ def _hint_after_commit(changed: list[Changed], rendered: list[Rendered]) -> None
 
 def _hint_as_committed(changed: Changed) -> None:
     try:
-        shown = Session.objects.select_related("agent", "card", "view").get(pk=changed.session.pk)
+        shown = Session.objects.select_related("agent", "card", "fragments").get(
+            pk=changed.session.pk
+        )
         message = snapshot(shown)
     except Exception:  # noqa: BLE001 - a broken hint must not fail a committed change
         log.exception("could not build the live message for session %s", changed.session.pk)

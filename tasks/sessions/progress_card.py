@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
-from tasks.models import INTERRUPTED_STATES, NOT_READ, Card, Interaction, Session, Task
+from tasks.models import INTERRUPTED_STATES, NOT_READ, Interaction, ProgressCard, Session, Task
 from tasks.runtime import prepared
 from tasks.runtime.prepared import Prepared
 from tasks.sessions import raw_html
@@ -152,7 +152,7 @@ def step_counts(plan: list[dict] | None) -> dict | None:
     return {"completed": sum(s["status"] == "completed" for s in plan), "total": len(plan)}
 
 
-def receipt(card: Card | None) -> str:
+def receipt(card: ProgressCard | None) -> str:
     """The one line a card write leaves (OpenClaw's receipt): it names the revision and the
     plan's count, never the note, which the card itself shows."""
     if card is None or (card.plan is None and not card.markdown):
@@ -364,7 +364,7 @@ def markdown_digest(markdown: str | None) -> str:
 
 @dataclass(frozen=True)
 class Written:
-    card: Card | None
+    card: ProgressCard | None
     changed: bool
     # The plan or note changed (or who wrote them): the write leaves a transcript receipt.
     content_changed: bool = False
@@ -382,7 +382,7 @@ def store_written(session: Session, plan: list[dict] | None, markdown: str | Non
     becomes the card's source until the agent's statuses give a new plan or note. What the
     session's tasks say beside them (state, the open question, cost) stays."""
     with transaction.atomic():
-        card = Card.objects.filter(session=session).first()
+        card = ProgressCard.objects.filter(session=session).first()
         facts = card.facts if card is not None else None
         digest = card.status_digest if card is not None else ""
         return store(
@@ -391,7 +391,7 @@ def store_written(session: Session, plan: list[dict] | None, markdown: str | Non
             markdown,
             facts,
             only_if_changed=False,
-            source=Card.Source.API,
+            source=ProgressCard.Source.API,
             status_digest=digest,
             current=card,
         )
@@ -404,7 +404,7 @@ def store(
     facts: dict | None,
     *,
     only_if_changed: bool,
-    source: str = Card.Source.STATUS,
+    source: str = ProgressCard.Source.STATUS,
     status_digest: str = "",
     current: Any = NOT_READ,
 ) -> Written:
@@ -417,11 +417,13 @@ def store(
     (or None) when the caller has just read it under that lock."""
     # Joined to the caller's transaction (it holds the lock), without a savepoint of its own.
     with transaction.atomic(savepoint=False):
-        card = Card.objects.filter(session=session).first() if current is NOT_READ else current
+        card = (
+            ProgressCard.objects.filter(session=session).first() if current is NOT_READ else current
+        )
         if card is None:
             if plan is None and markdown is None and not facts:
                 return Written(None, changed=False)
-            card = Card(session=session, revision=0)
+            card = ProgressCard(session=session, revision=0)
         elif only_if_changed and (card.plan, card.markdown or None, card.facts, card.source) == (
             plan,
             markdown,
@@ -475,7 +477,7 @@ _RECENT_TASKS = Prepared(
         :RECENT_TASKS
     ]
 )
-_CARD = Prepared(lambda session_id: Card.objects.filter(session_id=session_id))
+_CARD = Prepared(lambda session_id: ProgressCard.objects.filter(session_id=session_id))
 
 
 def recent_tasks(session: Session) -> list[Task]:
@@ -507,11 +509,15 @@ def from_session(
     status_digest = _content_digest(plan, markdown)
     if card is NOT_READ:  # else read by the caller, under the session's lock
         card = next(iter(_CARD(session.pk)), None)
-    source = Card.Source.STATUS
-    if card is not None and card.source == Card.Source.API and card.status_digest == status_digest:
+    source = ProgressCard.Source.STATUS
+    if (
+        card is not None
+        and card.source == ProgressCard.Source.API
+        and card.status_digest == status_digest
+    ):
         # Two writers, one card: the latest write wins. The statuses give no plan or note
         # newer than what they gave before the card-API write, so that write stands.
-        plan, markdown, source = card.plan, card.markdown or None, Card.Source.API
+        plan, markdown, source = card.plan, card.markdown or None, ProgressCard.Source.API
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
     if question is NOT_READ:
         question = None

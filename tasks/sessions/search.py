@@ -42,7 +42,7 @@ from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
-from tasks.models import Agent, Card, Session
+from tasks.models import Agent, ProgressCard, Session
 
 MAX_WORDS = 10
 MAX_WORD_CHARS = 64
@@ -153,7 +153,7 @@ def plan_text(plan: list[dict] | None) -> str:
     return "\n".join(str(step.get("step", "")) for step in plan or [])
 
 
-def keep(session: Session, card: Card | None) -> None:
+def keep(session: Session, card: ProgressCard | None) -> None:
     """Index the session's own text as it is now: call under its lock, in the transaction
     that changed it (changes.derive, the card API). Writes only if the text changed."""
     plan = plan_text(card.plan) if card is not None else ""

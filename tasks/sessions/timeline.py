@@ -34,7 +34,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from tasks.models import TERMINAL_STATES, Artifact, Card, Interaction, Session, Task, states
+from tasks.models import TERMINAL_STATES, Artifact, Interaction, ProgressCard, Session, Task, states
 from tasks.models.timeline import TimelineEntry
 
 Kind = TimelineEntry.Kind
@@ -79,7 +79,7 @@ class Pending:
     def artifact(self, artifact: Artifact) -> None:
         self.entries.append(_artifact_entry(artifact))
 
-    def card(self, session: Session, card: Card | None) -> None:
+    def card(self, session: Session, card: ProgressCard | None) -> None:
         if card is not None:
             self.entries.append(_card_entry(session, card))
 
@@ -111,13 +111,13 @@ def _artifact_entry(artifact: Artifact) -> TimelineEntry:
     )
 
 
-def _card_entry(session: Session, card: Card) -> TimelineEntry:
+def _card_entry(session: Session, card: ProgressCard) -> TimelineEntry:
     return TimelineEntry(
         session_id=session.pk, at=card.updated_at, kind=Kind.CARD, revision=card.revision
     )
 
 
-def card_written(session: Session, card: Card | None) -> None:
+def card_written(session: Session, card: ProgressCard | None) -> None:
     """A card-API write (or a derive outside the applier) wrote revision `card.revision`."""
     if card is not None:
         _card_entry(session, card).save()

@@ -182,7 +182,7 @@ def live_board(request: HttpRequest) -> JsonResponse:
 def _visible_session(request: HttpRequest, session_id: int) -> Session:
     session = (
         Session.objects.visible_to(request.user)
-        .select_related("agent", "card", "view")
+        .select_related("agent", "card", "fragments")
         .filter(pk=session_id)
         .first()
     )

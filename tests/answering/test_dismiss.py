@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 
 from tasks.answering import agent_http
-from tasks.models import Card, Interaction, Message, Session
+from tasks.models import Interaction, Message, ProgressCard, Session
 from tests.answering.test_a2a_peer import (  # noqa: F401 - fixtures
     add_agent,
     onlooker,
@@ -55,7 +55,7 @@ def notes(interaction: Interaction) -> list[str]:
 
 
 def revision(interaction: Interaction) -> int:
-    return Card.objects.get(session=interaction.task.session_id).revision
+    return ProgressCard.objects.get(session=interaction.task.session_id).revision
 
 
 def asking_peer(start):
@@ -110,7 +110,7 @@ def test_a_question_the_restarted_agent_forgot_is_dismissed_with_a_note(
         "Dismissed by alice: the agent no longer knew this task. "
         "(Approval: Publish the release notes to the public site?)"
     ]
-    card = Card.objects.get(session=interaction.task.session_id)
+    card = ProgressCard.objects.get(session=interaction.task.session_id)
     assert card.revision > before and card.question is None
     page = page_of(alice, interaction)
     assert "data-onlooker-note" in page

@@ -137,7 +137,7 @@ KINDS = (
 def make_sessions(copies: int) -> list[tuple[str, int]]:
     from django.db import transaction
 
-    from tasks.models import Agent, Card, Session
+    from tasks.models import Agent, ProgressCard, Session
     from tasks.sessions import progress_card
 
     agent = Agent.objects.create(
@@ -162,7 +162,7 @@ def make_sessions(copies: int) -> list[tuple[str, int]]:
                 if plan is not None or markdown is not None or facts:
                     progress_card.store(session, plan, markdown, facts, only_if_changed=False)
                     # Fixed times, so the fragments (and their digest) are the same every run.
-                    Card.objects.filter(session=session).update(updated_at=at, source_at=at)
+                    ProgressCard.objects.filter(session=session).update(updated_at=at, source_at=at)
             made.append((kind, session.pk))
     return made
 
@@ -171,7 +171,7 @@ def make_sessions(copies: int) -> list[tuple[str, int]]:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from tasks.models import Agent, Card, Session
+    from tasks.models import Agent, ProgressCard, Session
     from tasks.sessions import fragments
 
     made = make_sessions(args.copies)
@@ -185,7 +185,7 @@ def measure(args: argparse.Namespace) -> dict:
             # the card as render_many reads it.
             session = Session.objects.get(pk=pk)
             session.agent = agent
-            card = Card.objects.filter(session=session).first()
+            card = ProgressCard.objects.filter(session=session).first()
             started, started_cpu = time.perf_counter(), time.process_time()
             html = fragments.render(session, card)
             elapsed_cpu = time.process_time() - started_cpu

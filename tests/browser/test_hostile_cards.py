@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Card, Session, digest
+from tasks.models import ProgressCard, Session, digest
 from tests.conftest import RegisteredAgent, make_agent
 from tests.live_server import LiveServer
 from tests.sessions.test_progress_card_rendering import CORPUS
@@ -184,7 +184,7 @@ def test_hostile_card_markdown_executes_nothing_in_a_real_browser(server, page, 
                 page.locator(f'[data-live-card]:visible article[data-session="{everything.pk}"]')
             ).to_have_attribute("data-revision", str(new_revision))
             watch.assert_nothing_ran(f"live swap to revision {new_revision}")
-        assert Card.objects.get(session=everything).revision == len(batches)
+        assert ProgressCard.objects.get(session=everything).revision == len(batches)
 
 
 # Markup an agent wrote as HTML (issue 29): none of it is markup on the page, its words are,

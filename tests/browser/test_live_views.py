@@ -19,7 +19,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Card, Session, digest
+from tasks.models import ProgressCard, Session, digest
 from tests.browser.conftest import remember_server
 from tests.builders import status
 from tests.conftest import RegisteredAgent, make_agent, push
@@ -40,7 +40,7 @@ def send(server: LiveServer, registered: RegisteredAgent, body: dict) -> Session
 
 
 def revision(session: Session) -> str:
-    return str(Card.objects.get(session=session).revision)
+    return str(ProgressCard.objects.get(session=session).revision)
 
 
 def card_in(page: Page, scope: str, session: Session):
@@ -255,7 +255,7 @@ def test_no_hovercard_for_a_session_without_a_card(server, page, login, open_liv
     )
     assert response.status_code == 200, response.content
     cardless = Session.objects.get(context_id="cardless")
-    assert not Card.objects.filter(session=cardless).exists()
+    assert not ProgressCard.objects.filter(session=cardless).exists()
     with_card = send(server, agent, status("WORKING", at=1, context="carded", text="Has one"))
     # A third session's page: the page's own session never gets a hovercard.
     host = send(server, agent, status("WORKING", at=1, context="host", task="t3", text="Host"))

@@ -33,7 +33,7 @@ from demo.executor import QUEUED_TEXT
 from demo.scenarios import FOCUSES, Picker
 from tasks.answering import a2a_client
 from tasks.answering.agents import new_signing_secret
-from tasks.models import Agent, Card, Delivery, Refusal, Task
+from tasks.models import Agent, Delivery, ProgressCard, Refusal, Task
 from tasks.wire import profile
 from tasks.wire.protocol import parse_timestamp
 from tests.answering.test_a2a_peer import add_agent, onlooker  # noqa: F401 - a fixture
@@ -199,8 +199,8 @@ def interaction_of(row: Task):
     return interaction
 
 
-def card_of(row: Task) -> Card:
-    return Card.objects.get(session=row.session)
+def card_of(row: Task) -> ProgressCard:
+    return ProgressCard.objects.get(session=row.session)
 
 
 def assert_artifact_files(row: Task, artifact_id: str) -> None:

@@ -15,7 +15,7 @@ from django.test import Client
 
 from dashboard.asgi import application
 from tasks.live import broadcast
-from tasks.models import Card, Session
+from tasks.models import ProgressCard, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, push
 
@@ -75,7 +75,7 @@ def test_team_member_hears_a_push_with_fragments_and_revision(alice, ops):
     message = run(scenario)
     session = Session.objects.get()
     assert message["session"] == session.pk
-    assert message["revision"] == Card.objects.get().revision == 1
+    assert message["revision"] == ProgressCard.objects.get().revision == 1
     assert (message["state"], message["needsHuman"]) == ("TASK_STATE_WORKING", False)
     assert set(message["html"]) == {"card", "summary", "sidebar", "tile"}
     assert (message["title"], message["stateLabel"], message["hasCard"]) == (
@@ -160,7 +160,7 @@ def test_a_burst_of_pushes_reaches_the_socket_as_the_first_and_the_latest(alice,
     assert [m["revision"] for m in during] == [1], "a burst must send its first hint alone"
     assert len(scheduled) == 1, "one flush is enough for a whole burst"
     assert [m["revision"] for m in after] == [12], "the interval's end must send the latest only"
-    assert Card.objects.get().revision == 12
+    assert ProgressCard.objects.get().revision == 12
 
 
 def test_session_card_endpoint_returns_what_the_socket_sends(client, alice, ops):

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connections
 from websockets.asyncio.client import ClientConnection, connect
 
-from tasks.models import Card, Session
+from tasks.models import ProgressCard, Session
 from tests.builders import status
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http, session_cookie
@@ -117,7 +117,7 @@ def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, cha
 
         assert heard, f"no hint reached the other process\n{receiver.log()}\n{other.log()}"
         hint = heard[0]
-        assert hint["revision"] == Card.objects.get(session=session).revision == 2
+        assert hint["revision"] == ProgressCard.objects.get(session=session).revision == 2
         assert hint["state"] == "TASK_STATE_WORKING"
         assert "Running the tests" in hint["html"]["card"]
         assert f'data-session="{session.pk}" data-revision="2"' in hint["html"]["card"]

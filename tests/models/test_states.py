@@ -12,7 +12,7 @@ import re
 import pytest
 from django.test import Client
 
-from tasks.models import Card, Interaction, Session, SessionView
+from tasks.models import Interaction, ProgressCard, Session, SessionFragments
 from tasks.wire import profile
 from tests.answering.test_answers import answer
 from tests.builders import approval, progress, status
@@ -140,7 +140,7 @@ def test_the_live_message_announces_the_state_in_the_same_words(team):
     from tasks.sessions.fragments import snapshot
 
     send(team, status("AUTH_REQUIRED", at=1, metadata=approval("i-1", "Ship v2?")))
-    session = Session.objects.select_related("card", "view", "agent").get()
+    session = Session.objects.select_related("card", "fragments", "agent").get()
     assert snapshot(session)["stateLabel"] == "Needs approval"
     assert snapshot(session)["state"] == "TASK_STATE_AUTH_REQUIRED"
 
@@ -183,20 +183,20 @@ def test_sessions_stored_shown_finished_while_a_question_waits_are_set_right(tea
     question."""
     from importlib import import_module
 
-    from django.apps import apps
+    from tests.migrating import as_written
 
     asking = approval("i-1", "Ship v2?")
     send(team, status("AUTH_REQUIRED", task="t-1", at=1, metadata=asking))
     send(team, status("COMPLETED", task="t-2", at=9, text="Logs read"))
     Session.objects.update(state="TASK_STATE_COMPLETED")
-    card = Card.objects.get()
-    Card.objects.update(facts={**card.facts, "state": "TASK_STATE_COMPLETED"})
+    card = ProgressCard.objects.get()
+    ProgressCard.objects.update(facts={**card.facts, "state": "TASK_STATE_COMPLETED"})
 
-    import_module("tasks.migrations.0013_session_state_from_waiting_task").derive(apps, None)
+    import_module("tasks.migrations.0013_session_state_from_waiting_task").derive(as_written, None)
 
     assert Session.objects.get().state == "TASK_STATE_AUTH_REQUIRED"
-    assert Card.objects.get().revision == card.revision + 1
-    assert not SessionView.objects.exists()
+    assert ProgressCard.objects.get().revision == card.revision + 1
+    assert not SessionFragments.objects.exists()
     for place, html in places(viewer).items():
         assert pill("Needs approval", "warn").search(html), f"{place}: {html}"
 
@@ -230,14 +230,14 @@ def test_a_finished_session_stored_by_an_older_version_no_longer_says_waiting(te
     question (the flag stuck set while the card was derived), and the stored fragments
     said so. Nothing more arrives for a finished session, so the pages must not repeat it."""
     send(team, status("COMPLETED", at=9, text="Shipped"))
-    card = Card.objects.get()
+    card = ProgressCard.objects.get()
     card.facts = {
         **card.facts,
         "answer": {"kind": "approval", "text": "Approved by alice, 10:02"},
         "question": {"kind": "approval", "prompt": "Ship v2?"},
     }
     card.save()
-    SessionView.objects.update(version="older")
+    SessionFragments.objects.update(version="older")
 
     assert_finished_and_quiet(viewer, "Done", "ok")
 
@@ -324,11 +324,11 @@ def test_a_300_step_plan_keeps_its_tile_bounded_with_a_link_to_more(team, viewer
         team, status("WORKING", at=1, text=long_note, metadata={profile.PROGRESS: {"steps": steps}})
     )
     session = Session.objects.get()
-    plan = Card.objects.get().plan
+    plan = ProgressCard.objects.get().plan
 
     tile = places(viewer)["tile"]
     shown = re.findall(r'<li class="step step-\w+">', tile)
-    assert 0 < len(shown) <= Card.TILE_STEPS < len(plan)
+    assert 0 < len(shown) <= ProgressCard.TILE_STEPS < len(plan)
     assert f"{len(plan) - len(shown)} more steps on the session page" in tile
     more = re.search(r'<a href="([^"]+)" data-tile-more>More', tile)
     assert more and more.group(1) == f"/sessions/{session.pk}/"

@@ -173,14 +173,14 @@ def test_an_apply_that_fails_leaves_no_notification(team_agent, ops_slack):
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute(
-                "CREATE TRIGGER refuse_cards BEFORE INSERT ON tasks_card "
+                "CREATE TRIGGER refuse_cards BEFORE INSERT ON tasks_progresscard "
                 "BEGIN SELECT RAISE(ABORT, 'refused'); END"
             )
         else:
             cursor.execute(
                 "CREATE FUNCTION refuse_cards() RETURNS trigger AS $$ BEGIN "
                 "RAISE EXCEPTION 'refused'; END $$ LANGUAGE plpgsql;"
-                "CREATE TRIGGER refuse_cards BEFORE INSERT ON tasks_card "
+                "CREATE TRIGGER refuse_cards BEFORE INSERT ON tasks_progresscard "
                 "FOR EACH ROW EXECUTE FUNCTION refuse_cards()"
             )
     body = status("AUTH_REQUIRED", at=1, text="?", metadata=approval("i-1", "Delete?"))

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from tasks.models import Delivery, Session, SessionView, Task
+from tasks.models import Delivery, Session, SessionFragments, Task
 from tasks.wire import profile
 from tests.builders import status
 from tests.conftest import make_agent, push
@@ -61,8 +61,8 @@ def test_a_lone_surrogate_in_the_trace_id_never_turns_a_lost_push_into_a_2xx():
 def test_fragments_the_database_refuses_to_store_do_not_undo_the_push(database):
     registered = make_agent(signing=True)
     assert push(Client(), registered, status("WORKING", at=1, text="Starting")).status_code == 200
-    assert SessionView.objects.count() == 1
-    database.refuse("tasks_sessionview", "UPDATE", "INSERT")
+    assert SessionFragments.objects.count() == 1
+    database.refuse("tasks_sessionfragments", "UPDATE", "INSERT")
 
     response = push(Client(), registered, completed(), msg_id="msg_done")
 
@@ -71,7 +71,7 @@ def test_fragments_the_database_refuses_to_store_do_not_undo_the_push(database):
     assert kept()
     assert Task.objects.get().state == "TASK_STATE_COMPLETED"
     # The stale fragments were dropped, so nothing shows the session as it was before.
-    assert not SessionView.objects.exists()
+    assert not SessionFragments.objects.exists()
     again = push(Client(), registered, completed(), msg_id="msg_done")
     assert again.json()["outcome"] == "duplicate"
 
@@ -79,7 +79,7 @@ def test_fragments_the_database_refuses_to_store_do_not_undo_the_push(database):
 def test_fragments_that_can_be_neither_stored_nor_dropped_still_let_the_push_commit(database):
     registered = make_agent(signing=True)
     assert push(Client(), registered, status("WORKING", at=1)).status_code == 200
-    database.refuse("tasks_sessionview", "UPDATE", "INSERT", "DELETE")
+    database.refuse("tasks_sessionfragments", "UPDATE", "INSERT", "DELETE")
 
     response = push(Client(), registered, completed())
 

@@ -24,7 +24,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tasks.models import Artifact, Delivery, Message, Session, SessionView, Task
+from tasks.models import Artifact, Delivery, Message, Session, SessionFragments, Task
 from tasks.pushes import applier, spool
 from tasks.sessions import changes, fragments
 from tests.builders import approval, artifact, progress, status
@@ -149,7 +149,7 @@ def test_a_failure_inside_a_batch_leaves_the_same_sessions_other_deliveries_appl
     assert Delivery.objects.get(pk=broken).attempts == 1
     session = Session.objects.select_related("card").get()
     assert session.card.markdown == "Testing"
-    assert "Testing" in SessionView.objects.get(session=session).card
+    assert "Testing" in SessionFragments.objects.get(session=session).card
     assert not Artifact.objects.exists()
 
 
@@ -171,13 +171,15 @@ def test_a_batch_stores_each_changed_sessions_fragments_once(kept_only):
     stores = [
         q["sql"]
         for q in queries
-        if q["sql"].startswith(('UPDATE "tasks_sessionview"', 'INSERT INTO "tasks_sessionview"'))
+        if q["sql"].startswith(
+            ('UPDATE "tasks_sessionfragments"', 'INSERT INTO "tasks_sessionfragments"')
+        )
         and '"card"' in q["sql"]
     ]
     assert len(stores) == 1, [sql[:60] for sql in stores]
-    assert SessionView.objects.filter(revision__gt=0).count() == 2
+    assert SessionFragments.objects.filter(revision__gt=0).count() == 2
     # ...showing where each session is now, not where the batch's first push left it.
-    view = SessionView.objects.get(session__context_id="ctx-1")
+    view = SessionFragments.objects.get(session__context_id="ctx-1")
     assert "step 4" in view.card and "step 1" not in view.card
     assert Message.objects.filter(session__context_id="ctx-1").count() == 4
 
@@ -241,9 +243,9 @@ def test_a_batch_reads_its_sessions_cards_in_one_query_not_per_session(kept_only
 
     assert (batch.applied, len(batch.sessions)) == (4, 4)
     # Read with its locked sessions, and not again to render their fragments after commit.
-    reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "tasks_card"')]
+    reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "tasks_progresscard"')]
     assert len(reads) == 1, [sql[:80] for sql in reads]
-    views = SessionView.objects.select_related("session__card")
+    views = SessionFragments.objects.select_related("session__card")
     assert [(v.revision, ">b</p>" in v.card) for v in views] == [
         (v.session.card.revision, True) for v in views
     ]
@@ -314,8 +316,8 @@ def test_on_postgresql_a_batch_stores_its_fragments_in_its_own_transaction(kept_
     assert (batch.applied, len(batch.sessions)) == (3, 3)
     statements = [q["sql"] for q in queries]
     assert statements.count("COMMIT") == 1, statements  # no second transaction
-    assert not any('tasks_sessionview" SET "version" = \'\'' in sql for sql in statements)
-    views = SessionView.objects.select_related("session__card")
+    assert not any('tasks_sessionfragments" SET "version" = \'\'' in sql for sql in statements)
+    views = SessionFragments.objects.select_related("session__card")
     assert [(v.revision, ">b</p>" in v.card) for v in views] == [
         (v.session.card.revision, True) for v in views
     ]
@@ -325,14 +327,14 @@ def test_fragments_a_batch_cannot_store_together_are_stored_each_alone(kept_only
     registered = make_agent()
     push(Client(), registered, status("WORKING", at=1, text="first"))
     applier.drain()  # ctx-1 has stored fragments
-    database.refuse("tasks_sessionview", "INSERT")  # a new session's first fragments fail
+    database.refuse("tasks_sessionfragments", "INSERT")  # a new session's first fragments fail
     push(Client(), registered, status("WORKING", at=2, text="second"))
     push(Client(), registered, status("WORKING", task="t-2", context="ctx-2", at=2, text="new"))
 
     batch = applier.apply_batch(seconds=60.0)
 
     assert (batch.applied, len(batch.sessions)) == (2, 2)
-    view = SessionView.objects.get()  # ctx-1's, stored although ctx-2's could not be
+    view = SessionFragments.objects.get()  # ctx-1's, stored although ctx-2's could not be
     assert view.session.context_id == "ctx-1" and ">second</p>" in view.card
     assert view.revision == Session.objects.get(context_id="ctx-1").card.revision
     # ctx-2's fragments are rendered on read meanwhile.
@@ -433,7 +435,7 @@ def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kep
     agents = [q["sql"] for q in queries if '"tasks_agent"."card_url"' in q["sql"]]
     assert len(agents) == 1 and 'FROM "tasks_delivery"' in agents[0], agents
     # The tiles it stored still name the agent.
-    assert all(registered.agent.name in view.tile for view in SessionView.objects.all())
+    assert all(registered.agent.name in view.tile for view in SessionFragments.objects.all())
 
 
 def test_under_load_the_applier_rests_after_a_thin_batch_so_the_next_holds_more_of_each_session(
@@ -617,7 +619,7 @@ def test_fragments_rendered_before_a_newer_change_are_not_stored_over_it(kept_on
 
     stale.store()
 
-    view = SessionView.objects.get()
+    view = SessionFragments.objects.get()
     assert "second" in view.card and view.revision == Session.objects.get().card.revision
 
 

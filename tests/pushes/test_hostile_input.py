@@ -15,10 +15,10 @@ from django.db.models.functions import Cast
 from tasks.answering.agents import new_api_token
 from tasks.models import (
     Artifact,
-    Card,
     Delivery,
     Interaction,
     Message,
+    ProgressCard,
     Session,
     Task,
     digest,
@@ -37,7 +37,7 @@ AGENT_COLUMNS = {
     Message: ["message_id", "text"],
     Artifact: ["artifact_id", "name", "description", "parts", "files"],
     Interaction: ["interaction_id", "prompt", "detail"],
-    Card: ["plan", "markdown", "html", "facts"],
+    ProgressCard: ["plan", "markdown", "html", "facts"],
     Delivery: ["task_id", "warnings"],
 }
 
@@ -367,7 +367,7 @@ def test_a_lone_surrogate_in_a_card_write_is_kept_as_a_replacement_character(
 ):
     response = write_card(client, api_token, CARD_BODIES[where])
     assert response.status_code == 200, response.content
-    card = Card.objects.get()
+    card = ProgressCard.objects.get()
     assert FFFD in Session.objects.get().context_id + card.markdown + json.dumps(
         card.plan, ensure_ascii=False
     )
@@ -393,4 +393,4 @@ def test_the_card_api_says_what_is_wrong_with_a_body_it_cannot_read(
     assert response.status_code == 400, response.content
     assert error in response.json()["error"]
     assert response.json().get("field") == field
-    assert not Card.objects.exists()
+    assert not ProgressCard.objects.exists()

@@ -19,7 +19,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Artifact, Card, Delivery, Interaction, Message, Session, Task, digest
+from tasks.models import (
+    Artifact,
+    Delivery,
+    Interaction,
+    Message,
+    ProgressCard,
+    Session,
+    Task,
+    digest,
+)
 from tasks.wire import profile, protocol
 from tests.conftest import make_agent, push
 
@@ -306,10 +315,10 @@ def store_fingerprint() -> tuple:
     """Row counts of everything a push or a card write can add, and sums an update moves."""
     counts = [
         f"(SELECT COUNT(*) FROM {model._meta.db_table})"
-        for model in (Delivery, Session, Task, Message, Artifact, Interaction, Card)
+        for model in (Delivery, Session, Task, Message, Artifact, Interaction, ProgressCard)
     ]
     moved = [
-        f"(SELECT COALESCE(SUM(revision), 0) FROM {Card._meta.db_table})",
+        f"(SELECT COALESCE(SUM(revision), 0) FROM {ProgressCard._meta.db_table})",
         f"(SELECT MAX(updated_at) FROM {Session._meta.db_table})",
         f"(SELECT COALESCE(SUM(duplicates), 0) FROM {Delivery._meta.db_table})",
     ]

@@ -12,7 +12,7 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks.models import Artifact, Card, Delivery, Interaction, Message, Session, Task
+from tasks.models import Artifact, Delivery, Interaction, Message, ProgressCard, Session, Task
 from tasks.pushes import applier
 from tasks.wire import profile
 from tests.builders import approval, artifact, progress, status
@@ -141,7 +141,7 @@ def final_state(agent) -> dict:
                 c.markdown,
                 json.dumps(c.facts, sort_keys=True),
             )
-            for c in Card.objects.filter(session__agent=agent).select_related("session")
+            for c in ProgressCard.objects.filter(session__agent=agent).select_related("session")
         ),
         # Every message kept once, at its time. By id, not text: a note that changed the
         # card is kept as its receipt, which names the card's revision, and revisions

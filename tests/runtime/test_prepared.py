@@ -13,7 +13,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.test import Client
 
-from tasks.models import Card, Interaction, Message, Session, Task
+from tasks.models import Interaction, Message, ProgressCard, Session, Task
 from tasks.runtime import prepared
 from tasks.runtime.prepared import Prepared
 from tasks.wire import profile
@@ -56,7 +56,7 @@ def test_a_prepared_read_gives_what_its_queryset_gives(token_agent):
         )
 
     def card(session_id):
-        return Card.objects.filter(session_id=session_id)
+        return ProgressCard.objects.filter(session_id=session_id)
 
     for build, extra in ((tasks, ("at",)), (waiting, ("task_state",)), (card, ())):
         prepared = Prepared(build)
@@ -70,27 +70,27 @@ def test_a_prepared_read_gives_what_its_queryset_gives(token_agent):
     assert all(isinstance(row["at"], datetime) and row["at"].tzinfo for row in decoded)
 
 
-def stored(card: Card) -> dict:
-    return fields([Card.objects.get(pk=card.pk)])[0]
+def stored(card: ProgressCard) -> dict:
+    return fields([ProgressCard.objects.get(pk=card.pk)])[0]
 
 
 def test_a_prepared_update_stores_what_save_stores(token_agent):
     assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
-    card = Card.objects.get()
+    card = ProgressCard.objects.get()
     by_save, by_update = {}, {}
     for values in (
         {"plan": [{"step": "Ship", "status": "in_progress"}], "facts": {"state": "x", "n": 1.5}},
         {"plan": None, "facts": None, "markdown": "", "html": ""},  # SQL NULL, not JSON null
         {"markdown": "**Done**", "updated_at": card.updated_at + timedelta(seconds=90)},
     ):
-        for how, results in ((Card.save, by_save), (prepared.update, by_update)):
+        for how, results in ((ProgressCard.save, by_save), (prepared.update, by_update)):
             for name, value in values.items():
                 setattr(card, name, value)
             card.revision += 1
             how(card)
             results[len(results)] = stored(card)
     assert by_update == {n: row | {"revision": row["revision"] + 1} for n, row in by_save.items()}
-    assert Card.objects.filter(plan__isnull=True).count() == 1
+    assert ProgressCard.objects.filter(plan__isnull=True).count() == 1
 
     session = Session.objects.get()
     session.title, session.needs_human = "Renamed", True
@@ -100,8 +100,8 @@ def test_a_prepared_update_stores_what_save_stores(token_agent):
 
 def test_a_prepared_update_leaves_to_save_what_is_not_a_stored_row(token_agent):
     assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
-    card = Card.objects.get()
-    Card.objects.all().delete()
+    card = ProgressCard.objects.get()
+    ProgressCard.objects.all().delete()
     with pytest.raises(DatabaseError), transaction.atomic():  # as save(update_fields=…)
         prepared.update(card, ("markdown",))
     prepared.update(card)  # as save() does: no row to update, so it is inserted

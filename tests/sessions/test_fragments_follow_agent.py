@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tasks.models import Agent, SessionView
+from tasks.models import Agent, SessionFragments
 from tests.builders import status
 from tests.conftest import make_agent, push
 from tests.live.test_live import ORIGIN, cookie_for, socket
@@ -57,9 +57,9 @@ def test_renaming_an_agent_in_the_admin_renames_it_on_every_tile(
         assert sum("Reviewer" in meta for meta in metas) == 1
         assert not any("Builder" in meta for meta in metas)
     # Stored again, not only dropped: the screens read them instead of rendering each time.
-    renamed = SessionView.objects.filter(session__agent=registered.agent)
+    renamed = SessionFragments.objects.filter(session__agent=registered.agent)
     assert [("Night builds" in view.tile) for view in renamed] == [True, True]
-    assert "Reviewer" in SessionView.objects.get(session__agent=other.agent).tile
+    assert "Reviewer" in SessionFragments.objects.get(session__agent=other.agent).tile
 
 
 @pytest.mark.django_db

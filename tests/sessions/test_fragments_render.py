@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tasks.models import Card, Session
+from tasks.models import ProgressCard, Session
 from tasks.sessions import fragments, progress_card
 from tests.conftest import make_agent
 
@@ -52,7 +52,7 @@ def rendered(
         progress_card.store(session, plan, markdown, facts, only_if_changed=False)
     session = Session.objects.get(pk=session.pk)
     session.agent = agent
-    card = Card.objects.filter(session=session).first()
+    card = ProgressCard.objects.filter(session=session).first()
     with CaptureQueriesContext(connection) as queries:
         html = fragments.render(session, card)
     assert [q["sql"] for q in queries] == []

@@ -13,7 +13,7 @@ from django.test import Client
 
 from tasks.answering.agents import new_api_token
 from tasks.live import broadcast
-from tasks.models import Card, Session, digest
+from tasks.models import ProgressCard, Session, digest
 from tasks.sessions import progress_card
 from tasks.wire import profile
 from tests import listening
@@ -52,7 +52,7 @@ def assert_refused(response, field: str, message: str = ""):
     data = response.json()
     assert data["field"] == field, data
     assert message in data["error"], data
-    assert not Card.objects.exists() or Card.objects.get().revision == 1
+    assert not ProgressCard.objects.exists() or ProgressCard.objects.get().revision == 1
 
 
 PLAN = [
@@ -117,7 +117,7 @@ def test_clear_leaves_a_tombstone_and_revisions_continue(client, agent_token):
 def test_clearing_a_card_that_never_existed_writes_nothing(client, agent_token):
     data = write(client, agent_token, {"sessionKey": "new"}).json()
     assert data == {"revision": None, "steps": None, "receipt": "Progress card cleared"}
-    assert not Card.objects.exists()
+    assert not ProgressCard.objects.exists()
 
 
 def test_unknown_session_reads_null(client, agent_token):
@@ -308,7 +308,7 @@ def test_every_listed_invisible_code_point_is_stripped(client, agent_token):
         "markdown": f"ship{hidden}it",
     }
     assert write(client, agent_token, body).status_code == 200
-    card = Card.objects.get()
+    card = ProgressCard.objects.get()
     assert card.plan[0]["step"] == "deploy"
     assert card.markdown == "shipit"
     assert not any(chr(c) in card.html for c in LISTED)
@@ -321,7 +321,7 @@ def test_strip_invisible_removes_each_code_point(code_point):
 
 def test_visible_text_is_kept_not_trimmed(client, agent_token):
     write(client, agent_token, {"sessionKey": "s1", "markdown": "  indented\n\ttext  "})
-    assert Card.objects.get().markdown == "  indented\n\ttext  "
+    assert ProgressCard.objects.get().markdown == "  indented\n\ttext  "
 
 
 # -- the session API shows the card ---------------------------------------------------
@@ -358,8 +358,8 @@ def test_session_without_card_shows_null(client, token_agent):
 # -- cards of A2A sessions --------------------------------------------------------------
 
 
-def card() -> Card:
-    return Card.objects.get()
+def card() -> ProgressCard:
+    return ProgressCard.objects.get()
 
 
 def send(client, registered, body, **kwargs):
@@ -517,7 +517,7 @@ def test_concurrent_writers_never_lose_an_update_or_reuse_a_revision():
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(revisions) == list(range(1, count + 1))
-    final = Card.objects.get()
+    final = ProgressCard.objects.get()
     assert final.revision == count
     assert final.markdown == f"writer {revisions.index(count)}"
 

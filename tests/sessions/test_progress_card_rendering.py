@@ -24,7 +24,7 @@ import pytest
 from bleach._vendor import html5lib
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Card, digest
+from tasks.models import ProgressCard, digest
 from tasks.sessions import progress_card
 from tests.conftest import make_agent
 
@@ -71,10 +71,10 @@ def post_card(client, db):
         )
         if may_refuse and response.status_code == 400:
             assert response.json()["field"] == "markdown", response.content
-            assert not Card.objects.filter(session__agent=registered.agent).exists()
+            assert not ProgressCard.objects.filter(session__agent=registered.agent).exists()
             return None
         assert response.status_code == 200, response.content
-        card = Card.objects.get(session__agent=registered.agent, session__context_id=key)
+        card = ProgressCard.objects.get(session__agent=registered.agent, session__context_id=key)
         read = client.get("/api/progress-card", {"sessionKey": key}, **auth)
         assert read.status_code == 200, read.content
         assert read.json()["card"]["html"] == card.html
@@ -821,7 +821,7 @@ def test_17500_script_tags_are_refused_by_the_api(post_card, client, tag, status
     assert response.status_code == status, response.content
     if status == 400:
         assert response.json()["field"] == "markdown"
-    assert not Card.objects.exists()
+    assert not ProgressCard.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -948,7 +948,7 @@ def test_a_nul_character_is_refused_naming_the_field(post_card, client, body, fi
         **post_card.auth,
     )
     assert (response.status_code, response.json()["field"]) == (400, field)
-    assert not Card.objects.exists()
+    assert not ProgressCard.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Card, Message, Session, digest
+from tasks.models import Message, ProgressCard, Session, digest
 from tests.builders import artifact, progress, status
 from tests.conftest import make_agent, push
 
@@ -47,8 +47,8 @@ def write(client, registered, body: dict) -> dict:
     return response.json()
 
 
-def card() -> Card:
-    return Card.objects.get()
+def card() -> ProgressCard:
+    return ProgressCard.objects.get()
 
 
 def shown_card(client, user) -> str:
@@ -86,7 +86,7 @@ def test_push_then_card_api_then_push_the_latest_write_wins_and_says_so(client, 
     # A new note from the agent is the latest write: it wins.
     send(client, both_ways, status("WORKING", at=3, text="Agent again"))
     latest = card()
-    assert latest.markdown == "Agent again" and latest.source == Card.Source.STATUS
+    assert latest.markdown == "Agent again" and latest.source == ProgressCard.Source.STATUS
     assert latest.revision > after_write.revision
     assert "From the agent's status" in shown_card(client, alice)
 

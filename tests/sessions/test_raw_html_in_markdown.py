@@ -17,7 +17,7 @@ import pytest
 from bleach._vendor import html5lib
 
 from tasks.answering.agents import new_api_token
-from tasks.models import Artifact, Card, digest
+from tasks.models import Artifact, ProgressCard, digest
 from tests.builders import status
 from tests.conftest import make_agent, push
 
@@ -40,12 +40,12 @@ def through_card_api(client, agent, markdown: str) -> str:
         HTTP_AUTHORIZATION=f"Bearer {agent.api_token}",
     )
     assert response.status_code == 200, response.content
-    return Card.objects.get().html
+    return ProgressCard.objects.get().html
 
 
 def through_a_status(client, agent, markdown: str) -> str:
     assert push(client, agent, status("WORKING", at=1, text=markdown)).status_code == 200
-    return Card.objects.get().html
+    return ProgressCard.objects.get().html
 
 
 def through_an_artifact(client, agent, markdown: str) -> str:

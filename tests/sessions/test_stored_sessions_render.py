@@ -12,12 +12,12 @@ from django.db import connection
 from tasks.models import (
     Agent,
     Artifact,
-    Card,
     Delivery,
     Interaction,
     Message,
+    ProgressCard,
     Session,
-    SessionView,
+    SessionFragments,
     Task,
 )
 from tests.builders import approval, artifact, progress, status
@@ -86,14 +86,14 @@ def tainted_session(client, ops, approvers) -> Session:
     for row in Interaction.objects.all():
         taint(Interaction, row.pk, "detail", "answer")
     # Telemetry and uncertain effects show on a card once the task ends: store them as if.
-    card = Card.objects.get()
+    card = ProgressCard.objects.get()
     extra = {"telemetry": {"costUsd": 0.5, "traceId": "tr"}, "uncertain": ["charged twice"]}
-    Card.objects.filter(pk=card.pk).update(facts={**card.facts, **extra})
-    taint(Card, card.pk, "plan", "facts")
+    ProgressCard.objects.filter(pk=card.pk).update(facts={**card.facts, **extra})
+    taint(ProgressCard, card.pk, "plan", "facts")
     Delivery.objects.update(warnings=[f"bad {LONE} warning"])
     # Fragments stored before are plain text (a text column refuses surrogates); pages that
     # render them afresh read the card's JSON.
-    SessionView.objects.all().delete()
+    SessionFragments.objects.all().delete()
     return session
 
 
@@ -101,7 +101,7 @@ def test_stored_json_with_lone_surrogates_reads_back_replaced(tainted_session):
     artifact_row = Artifact.objects.get()
     assert artifact_row.parts == [{"text": "bad \ufffd part"}]
     assert artifact_row.files["path"] == "out/r.md \ufffd"
-    assert Card.objects.get().plan[0]["step"] == "Build \ufffd"
+    assert ProgressCard.objects.get().plan[0]["step"] == "Build \ufffd"
     # Surrogate pairs are characters, and a backslash before "ud800" is text, not damage:
     # they read back as they were. So do keys.
     kept = [{"text": "ok \U0001f600", "path": "C:\\ud800\\\\ud800"}]
@@ -147,7 +147,7 @@ def test_admin_pages_show_stored_rows_with_lone_surrogates(admin_client, tainted
         ("task", Task.objects.get().pk),
         ("interaction", Interaction.objects.get(interaction_id="q-0").pk),
         ("artifact", Artifact.objects.get().pk),
-        ("card", Card.objects.get().pk),
+        ("progresscard", ProgressCard.objects.get().pk),
         ("message", Message.objects.first().pk),
     ]
     for model, pk in rows:

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
 from django.test import Client
 
@@ -21,6 +20,7 @@ from tests.answering.test_answers import answer, waiting_interaction
 from tests.answering.test_dismiss import asking, dismiss, forgets
 from tests.builders import artifact, progress, status
 from tests.conftest import make_agent, member, push
+from tests.migrating import as_written
 from tests.sessions.test_progress_card_writers import both_ways, write  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
@@ -286,7 +286,7 @@ def test_the_migration_gives_older_sessions_a_timeline_from_what_is_stored(
         assert answer(client, interaction, decision="deny")[0] == 200
     TimelineEntry.objects.all().delete()  # as before the timeline existed
 
-    importlib.import_module("tasks.migrations.0017_timeline").backfill(apps, None)
+    importlib.import_module("tasks.migrations.0017_timeline").backfill(as_written, None)
 
     data = timeline.of_session(interaction.task.session, now=at(10)).as_json()
     assert sorted((e["kind"], e.get("state"), e.get("by"), e.get("answer")) for e in data) == [

@@ -228,18 +228,18 @@ def test_relative_times_read_as_the_script_writes_them(client, alice, ops):
 
 
 def test_fragments_are_rendered_when_a_session_changes_and_read_as_stored(client, alice, ops):
-    from tasks.models import SessionView
+    from tasks.models import SessionFragments
 
     send(client, make_agent(team=ops), status("WORKING", at=1, text="Halfway"))
     session = Session.objects.get()
-    view = SessionView.objects.get(session=session)
+    view = SessionFragments.objects.get(session=session)
     assert "Halfway" in view.card and f'data-tile-session="{session.pk}"' in view.tile
     client.force_login(alice)
     # Pages show what was stored at write time, not a new rendering...
-    SessionView.objects.filter(pk=view.pk).update(tile=view.tile.replace("Halfway", "Stored"))
+    SessionFragments.objects.filter(pk=view.pk).update(tile=view.tile.replace("Halfway", "Stored"))
     assert "Stored" in client.get("/").content.decode()
     # ...unless older templates stored it: then they render afresh.
-    SessionView.objects.filter(pk=view.pk).update(version="older-templates")
+    SessionFragments.objects.filter(pk=view.pk).update(version="older-templates")
     page = client.get("/").content.decode()
     assert "Halfway" in page and "Stored" not in page
 

@@ -17,7 +17,7 @@ Pushes arrive at least once and in any order, so every rule here is about conver
 
 from __future__ import annotations
 
-from tasks.models import Card, Delivery, Task, TaskState
+from tasks.models import Delivery, ProgressCard, Task, TaskState
 from tasks.pushes import deliveries
 from tasks.pushes.apply import artifacts, status, transcript
 from tasks.pushes.apply.state import Applied, Locked
@@ -100,7 +100,7 @@ def _lock_task(applied: Applied, task_id: str, context_id: str) -> Task:
     return task
 
 
-def derive(applied: list[Applied], read: changes.Read | None = None) -> Card | None:
+def derive(applied: list[Applied], read: changes.Read | None = None) -> ProgressCard | None:
     """After one session's deliveries are applied, in order: derive its state and card once;
     returns the card. The latest applied note becomes the card's receipt if it changed the
     card; the others never reached the card, so they are kept as the agent said them.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tasks.models import Agent, Card, Delivery, Session, Task
+from tasks.models import Agent, Delivery, ProgressCard, Session, Task
 from tasks.sessions import changes, timeline, usage
 from tasks.wire import protocol as p
 
@@ -25,7 +25,7 @@ class Locked:
         self.session_of: dict[tuple[int, str], int] = {}
         # The locked sessions' cards (a session without one is not here): derive reads them
         # from here rather than one query per session. Only derive writes a card in a batch.
-        self.cards: dict[int, Card] = {}
+        self.cards: dict[int, ProgressCard] = {}
         self.forgot = False
         # The batch's timeline entries, inserted together once it is applied (applier.py).
         self.timeline = timeline.Pending()
@@ -53,7 +53,7 @@ class Locked:
         self.sessions.update((session.pk, session) for session in sessions)
         self._held = {key for key, id_ in sessions_of.items() if id_ not in self.sessions}
         if self.sessions:
-            self.cards = Card.objects.in_bulk(list(self.sessions), field_name="session_id")
+            self.cards = ProgressCard.objects.in_bulk(list(self.sessions), field_name="session_id")
         for task in Task.objects.filter(
             session_id__in=self.sessions.keys(),
             agent_id__in={a for a, _ in wanted},

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from tasks.models import Card, Delivery, Message, Session, Task
+from tasks.models import Delivery, Message, ProgressCard, Session, Task
 from tasks.pushes.apply.state import Applied
 from tasks.runtime import prepared
 from tasks.sessions import changes, progress_card
@@ -16,7 +16,7 @@ from tasks.wire import protocol as p
 
 
 def card_receipt(
-    session: Session, card: Card | None, *, at: datetime, task: Task | None = None
+    session: Session, card: ProgressCard | None, *, at: datetime, task: Task | None = None
 ) -> None:
     """The transcript's line for a card write, OpenClaw's receipt ("Progress card updated
     (rev 4, 1/3 done)"): for card-API writes, and for plan changes that came without a
@@ -125,7 +125,7 @@ def receipt(applied: Applied, written: progress_card.Written) -> None:
     wrote = (
         written.content_changed
         and card is not None
-        and card.source == Card.Source.STATUS
+        and card.source == ProgressCard.Source.STATUS
         and (card.plan is not None or bool(card.markdown))
     )
     if applied.note is not None:
