@@ -121,10 +121,13 @@ if ONLOOKER_APPLIER not in ("process", "background", "external", "inline"):
         "ONLOOKER_APPLIER must be process, background, external or inline,"
         f" not {ONLOOKER_APPLIER!r}"
     )
-# On SQLite, where received pushes wait for the applier (tasks/pushes/spool.py): a file of their
-# own, by default beside the database ("<database>-inbox"), so keeping one never waits for
-# the database's write lock; "off" keeps them in the database itself. Not used on PostgreSQL.
-ONLOOKER_INBOX = os.environ.get("ONLOOKER_INBOX", "").strip()
+# On SQLite, where received pushes wait for the applier (tasks/pushes/spool.py): the spool, a
+# file of their own, by default beside the database ("<database>-spool"), so keeping one never
+# waits for the database's write lock; "off" keeps them in the database itself. Not used on
+# PostgreSQL. ONLOOKER_INBOX is its earlier name, still read when this one is not set.
+ONLOOKER_SPOOL = (
+    os.environ.get("ONLOOKER_SPOOL", "") or os.environ.get("ONLOOKER_INBOX", "")
+).strip()
 # Who sends team notifications (tasks/notify/sender.py): a thread in each server process
 # ("background"), or only `manage.py send_notifications` ("external").
 ONLOOKER_NOTIFIER = os.environ.get("ONLOOKER_NOTIFIER", "").strip() or "background"

@@ -91,20 +91,20 @@ def quiet_broadcasts():
     refusals.counter.clear()
 
 
-_inboxes: dict[str, sqlite3.Connection] = {}
+_spools: dict[str, sqlite3.Connection] = {}
 
 
 @pytest.fixture(autouse=True)
-def empty_inbox():
-    """The inbox file (SQLite, tasks/pushes/spool.py) is not the test database: the database is
-    emptied after each test, and so is the inbox, so no test takes another's pushes."""
+def empty_spool():
+    """The spool file (SQLite, tasks/pushes/spool.py) is not the test database: the database is
+    emptied after each test, and so is the spool, so no test takes another's pushes."""
     yield
     file = spool.path()
     if file is None or not os.path.exists(file):
         return
-    if file not in _inboxes:
-        _inboxes[file] = sqlite3.connect(file, isolation_level=None)
-    opened = _inboxes[file]
+    if file not in _spools:
+        _spools[file] = sqlite3.connect(file, isolation_level=None)
+    opened = _spools[file]
     with contextlib.suppress(sqlite3.OperationalError):  # no table yet
         if opened.execute("SELECT EXISTS (SELECT 1 FROM push)").fetchone()[0]:
             opened.execute("DELETE FROM push")

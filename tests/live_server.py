@@ -222,7 +222,7 @@ def wait_applied(delivery_id: int, *, timeout: float = 10.0) -> None:
                 raise AssertionError(f"delivery {delivery_id}: {what} in {timeout} s")
             time.sleep(0.01)
 
-    # On SQLite it is in the inbox file until the applier takes it (tasks/pushes/spool.py).
+    # On SQLite it is in the spool file until the applier takes it (tasks/pushes/spool.py).
     applied = Delivery.objects.filter(pk=delivery_id).exclude(outcome=Delivery.Outcome.PENDING)
     wait(applied.exists, "not applied")
     delivery = Delivery.objects.get(pk=delivery_id)

@@ -1,4 +1,4 @@
-"""Pushes as received: the durable inbox every accepted push is kept in before it is applied."""
+"""Pushes as received: the durable spool every accepted push is kept in before it is applied."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tasks.wire.stored_json import StoredJSONDecoder
 
 
 class Delivery(models.Model):
-    """A push as received: the durable inbox. The receiver stores it (pending) and answers;
+    """A push as received: the durable spool. The receiver stores it (pending) and answers;
     the applier (tasks/pushes/applier.py) applies it and records its outcome. A pending
     delivery whose apply failed keeps its error and is tried again at `retry_at`."""
 

@@ -4,7 +4,7 @@ SQLite has one write lock per database file, and an applier batch holds the data
 as long as it applies (up to about a tenth of a second under load). A push kept in the
 database waited for it, and so did its 2xx: the receiver and the applier took turns, and
 together did less than either alone. Kept in a file of their own beside the database
-(`<database>-inbox`, WAL, synchronised as the database is), pushes never wait for a batch:
+(`<database>-spool`, WAL, synchronised as the database is), pushes never wait for a batch:
 the receiver's INSERT takes only the spool's lock, for one row.
 
 Each batch first moves what the spool holds into the database's `Delivery` table, in the
@@ -63,12 +63,20 @@ _opened = threading.local()  # this thread's connection: ((file, database), conn
 
 def path() -> str | None:
     """This process's spool file, or None where pushes are kept in the database itself."""
-    if connection.vendor != "sqlite" or settings.ONLOOKER_INBOX == "off":
+    if connection.vendor != "sqlite" or settings.ONLOOKER_SPOOL == "off":
         return None
-    if settings.ONLOOKER_INBOX:
-        return settings.ONLOOKER_INBOX
+    if settings.ONLOOKER_SPOOL:
+        return settings.ONLOOKER_SPOOL
     database = _database()
-    return f"{database}-inbox" if database is not None else None
+    return _beside(database) if database is not None else None
+
+
+def _beside(database: str) -> str:
+    """The spool beside the database, `<database>-spool`; or the file an earlier version
+    kept there as `<database>-inbox`, for as long as it is the only one: what it holds was
+    acknowledged, and must be applied."""
+    spool, earlier = f"{database}-spool", f"{database}-inbox"
+    return earlier if os.path.exists(earlier) and not os.path.exists(spool) else spool
 
 
 def _taken_from() -> str | None:
@@ -76,10 +84,10 @@ def _taken_from() -> str | None:
     off, the one beside the database if a server kept pushes there before (acknowledged,
     they must still be applied)."""
     file = path()
-    if file is None and connection.vendor == "sqlite" and settings.ONLOOKER_INBOX == "off":
+    if file is None and connection.vendor == "sqlite" and settings.ONLOOKER_SPOOL == "off":
         database = _database()
-        if database is not None and os.path.exists(f"{database}-inbox"):
-            return f"{database}-inbox"
+        if database is not None and os.path.exists(_beside(database)):
+            return _beside(database)
     return file
 
 

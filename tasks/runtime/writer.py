@@ -1,6 +1,6 @@
 """One SQLite writer at a time, across the threads and processes of one database.
 
-The applier's batches, the notification sender's writes and the receiver's (on the inbox
+The applier's batches, the notification sender's writes and the receiver's (on the spool
 file, pushes/spool.py) take turns here, where a waiter wakes the moment the other is done, rather
 than in SQLite's busy handler, which sleeps in growing steps (up to 100 ms at a time).
 Threads of a process take turns on a lock, processes (a server and its applier process) on

@@ -322,7 +322,7 @@ def _print(report: dict, args: argparse.Namespace) -> None:
     burst: Burst = report["burst"]
     ok = len(burst.ok_ms)
     errors = sum(burst.errors.values())
-    inbox = burst.outcomes.get("accepted", 0) > 0
+    keeps_first = burst.outcomes.get("accepted", 0) > 0
 
     def seconds(value: float | None) -> str:
         return f"> {args.drain_timeout:g} (NOT DRAINED)" if value is None else f"{value:.2f}"
@@ -350,9 +350,9 @@ def _print(report: dict, args: argparse.Namespace) -> None:
             f"{_percentile(burst.late_ms, 0.99):.1f} "
             "(due → POST started: a free connection, the client's lag)",
         ),
-        ("backlog when all answered", str(report["backlog"]) + ("" if inbox else " (n/a)")),
+        ("backlog when all answered", str(report["backlog"]) + ("" if keeps_first else " (n/a)")),
         ("drain: all visible, s", seconds(report["visible_after"])),
-        ("drain: none pending, s", seconds(report["empty_after"]) if inbox else "n/a"),
+        ("drain: none pending, s", seconds(report["empty_after"]) if keeps_first else "n/a"),
         ("server CPU ms/push, burst", per_push(report["cpu_burst"])),
         ("server CPU ms/push, total", per_push(report["cpu_total"])),
     ]
@@ -368,7 +368,7 @@ def _print(report: dict, args: argparse.Namespace) -> None:
         f"{100 * burst.client_cpu / max(report['answered_at'], 1e-9):.0f}% of one core; "
         f"client timeout {args.timeout:g} s."
     )
-    if not inbox:
+    if not keeps_first:
         print(f"drain: {IN_REQUEST_NOTE}; 'all visible' is the last answer → /api/sessions")
     if report["unacknowledged_finals"]:
         print(

@@ -6,13 +6,13 @@ measured window) and pushes *applied* per second, sustained: every push of the r
 included) over the time from the first push until the last one is visible through
 `/api/sessions`. To know when that is, each run ends with one more push per task whose note
 is a known final text, and the benchmark polls `/api/sessions` (as a logged-in reader) until
-every task's session shows it. A receiver that answers before it applies (the durable inbox,
+every task's session shows it. A receiver that answers before it applies (the durable spool,
 tasks/pushes/applier.py) can acknowledge faster than it applies: the pending backlog it leaves at
 the end of the load and the time it takes to drain are printed, and a backlog that grows
 without bound shows as a low applied rate (or as "not drained"), never as a fast ack rate.
 For the bare endpoint a push is applied when it is acknowledged (its INSERT is the work).
 
-With the inbox, a third server runs with `ONLOOKER_APPLIER=external` (it only stores), and
+With the spool, a third server runs with `ONLOOKER_APPLIER=external` (it only stores), and
 then `manage.py apply_deliveries --once` drains what it stored as a child process: CPU per
 push of the ack path (daphne) and of the apply path (the child's rusage) separately.
 
@@ -192,21 +192,21 @@ class Workspace(workspace.Workspace):
         return self.bench_url or str(self.directory / "bare.sqlite3")
 
     def count_deliveries(self) -> int:
-        return self.scalar("SELECT count(*) FROM tasks_delivery") + self.in_inbox()
+        return self.scalar("SELECT count(*) FROM tasks_delivery") + self.in_spool()
 
     def count_pending(self) -> int:
         """Deliveries kept but not applied yet (none, where pushes are applied in the request:
-        no delivery is ever pending there), the inbox file's included (tasks/pushes/spool.py)."""
-        return self.scalar(PENDING) + self.in_inbox()
+        no delivery is ever pending there), the spool file's included (tasks/pushes/spool.py)."""
+        return self.scalar(PENDING) + self.in_spool()
 
-    def in_inbox(self) -> int:
-        """Pushes kept in the inbox file that the applier has not taken yet (SQLite)."""
-        file = self.data_dir / "onlooker.sqlite3-inbox"
+    def in_spool(self) -> int:
+        """Pushes kept in the spool file that the applier has not taken yet (SQLite)."""
+        file = self.data_dir / "onlooker.sqlite3-spool"
         if self.postgres or not file.exists():
             return 0
-        with contextlib.closing(sqlite3.connect(file)) as inbox:
+        with contextlib.closing(sqlite3.connect(file)) as spool:
             try:
-                return inbox.execute("SELECT count(*) FROM push").fetchone()[0]
+                return spool.execute("SELECT count(*) FROM push").fetchone()[0]
             except sqlite3.OperationalError:  # created, its table not yet
                 return 0
 
@@ -406,8 +406,8 @@ class Measurement:
         return self.applied / self.applied_seconds
 
     @property
-    def inbox(self) -> bool:
-        """The server answered before applying (the durable inbox's "accepted")."""
+    def keeps_first(self) -> bool:
+        """The server answered before applying (the durable spool's "accepted")."""
         return self.outcomes.get("accepted", 0) > 0
 
     def percentile(self, fraction: float) -> float:
@@ -724,7 +724,7 @@ def _load_test(
     print_table(list(results.values()), stored, args.drain_timeout)
     if args.skip_split:
         return 0
-    if not results["onlooker"].inbox:
+    if not results["onlooker"].keeps_first:
         print(f"\nack/apply CPU split: n/a, {IN_REQUEST_NOTE}; its srv CPU ms/push is both")
         return 0
     if not APPLY_COMMAND.exists():
@@ -784,13 +784,13 @@ def print_table(results: list[Measurement], stored: dict[str, int], drain_timeou
         "backlog: pending deliveries when the load ended; drain s: from then until all were "
         "visible (sending the finals included). "
         "srv CPU ms/push: daphne's CPU in "
-        "the window over the pushes acknowledged in it (with the inbox, the applier thread's "
+        "the window over the pushes acknowledged in it (with the spool, the applier thread's "
         "share of it is whatever it applied meanwhile); CPU ms/applied: daphne's CPU from the "
         "first push until all were visible over every push applied. For bare, applied = "
         "acknowledged."
     )
     if onlooker is not None:
-        if onlooker.inbox:
+        if onlooker.keeps_first:
             growth = ", ".join(f"{g:+.1f}" for g in onlooker.backlog_growth)
             print(
                 f"onlooker answered {dict(onlooker.outcomes)}; the pending backlog changed by "
@@ -904,7 +904,7 @@ def profile_in_process(
 ) -> None:
     """Push through the real view with Django's test client (same view, middleware and
     database as the server): count the queries of one push and show where the time of
-    `pushes` pushes goes. With the durable inbox the request only stores the push
+    `pushes` pushes goes. With the durable spool the request only stores the push
     (ONLOOKER_APPLIER=external here, so no applier thread starts in this process); the
     applier's batches are then run here one by one (`applier.apply_batch()`), their queries
     counted and their CPU per delivery measured and profiled.
@@ -948,27 +948,27 @@ def profile_in_process(
         return result, list(captured.captured_queries)
 
     apply_batch = _apply_batch_function()
-    inbox = None
+    keeps_first = None
 
     def apply_pending(label: str) -> None:
-        if inbox:
+        if keeps_first:
             _report_batches(label, apply_batch, queries_of)
 
     _, first = queries_of(one_push)  # a new task: creates its session and task
-    inbox = outcomes.get("accepted", 0) > 0
-    if inbox and isinstance(apply_batch, str):
+    keeps_first = outcomes.get("accepted", 0) > 0
+    if keeps_first and isinstance(apply_batch, str):
         print(f"queries per batch: n/a, {apply_batch}")
-        inbox = False
+        keeps_first = False
     for _ in range(TASKS - 1):
         one_push()  # the remaining tasks, so what follows is the steady state
     apply_pending(f"the batches that start {TASKS} tasks")
     _, steady = queries_of(one_push)
-    applied_where = "stored only; applied in batches below" if inbox else "applied in it"
+    applied_where = "stored only; applied in batches below" if keeps_first else "applied in it"
     for label, queries in (("starts a task", first), ("goes to an existing task", steady)):
         print(f"queries for a push that {label} ({applied_where}): {len(queries)}")
         for query in queries:
             print(f"  {query['time']:>6}s  {query['sql'][:140]}")
-    if not inbox:
+    if not keeps_first:
         print(f"queries per batch: n/a, {IN_REQUEST_NOTE}")
 
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -989,10 +989,10 @@ def profile_in_process(
         f"\n{pushes} pushes in-process, one at a time: {1000 * plain / pushes:.2f} ms per push,"
         f" {1000 * cpu / pushes:.2f} ms of it CPU"
         f" ({1000 * profiled / pushes:.2f} ms under cProfile)"
-        f"{'; the request only: applying is apart, above' if inbox else ''}"
+        f"{'; the request only: applying is apart, above' if keeps_first else ''}"
     )
     _print_profile(profiler, "the requests")
-    if inbox:
+    if keeps_first:
         apply_profiler = cProfile.Profile()
         apply_profiler.enable()
         while apply_batch().claimed:

@@ -15,7 +15,7 @@ one logged-in team member whose session cookie every socket and the browser pres
    are sent one after another (never overlapping), so a later push to a session has a
    higher N. A push's latency at a socket runs from just before its POST to the first
    message on that socket showing that session's note at N or later (bursts are coalesced
-   and the latest wins, so a later push also delivers it; and with the durable inbox one
+   and the latest wins, so a later push also delivers it; and with the durable spool one
    batch may apply several pushes to a session at once); a push that no message ever
    delivered to a socket is lost. The note, not the card revision, is what is matched: a
    push answered "accepted" is applied later, so its answer cannot say which revision it
@@ -477,7 +477,7 @@ async def create_sessions(
     client: httpx.AsyncClient, base_url: str, pusher: Pusher, setup: Setup, contexts: list[str]
 ) -> list[BenchSession]:
     """One push each creates the sessions; the read API gives their ids once applied (at
-    once when pushes are applied in the request, soon after with the durable inbox)."""
+    once when pushes are applied in the request, soon after with the durable spool)."""
     sessions = [BenchSession(i, context) for i, context in enumerate(contexts)]
     for session in sessions:
         record = await pusher.push(client, base_url, session)

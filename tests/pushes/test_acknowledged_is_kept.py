@@ -119,7 +119,7 @@ def test_a_channel_layer_that_is_down_does_not_undo_the_push(settings, fresh_cha
 
 
 def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(database, settings):
-    settings.ONLOOKER_INBOX = "off"  # kept in the database, whose trigger refuses it
+    settings.ONLOOKER_SPOOL = "off"  # kept in the database, whose trigger refuses it
     registered = make_agent(signing=True)
     database.refuse("tasks_delivery", "INSERT")
 
@@ -138,14 +138,14 @@ def test_a_delivery_that_cannot_be_committed_is_a_5xx_and_the_retry_applies_it(d
     assert kept()
 
 
-def test_a_push_the_inbox_file_cannot_keep_is_a_5xx_and_the_retry_applies_it(
+def test_a_push_the_spool_file_cannot_keep_is_a_5xx_and_the_retry_applies_it(
     settings, tmp_path: Path
 ):
     if connection.vendor != "sqlite":
-        pytest.skip("the inbox file is SQLite's: PostgreSQL keeps pushes in the database")
-    # An inbox file that cannot be opened (its directory is missing): a full disk or a
+        pytest.skip("the spool file is SQLite's: PostgreSQL keeps pushes in the database")
+    # An spool file that cannot be opened (its directory is missing): a full disk or a
     # permission taken away fails the same way, in the INSERT that keeps the push.
-    settings.ONLOOKER_INBOX = str(tmp_path / "missing" / "inbox.sqlite3")
+    settings.ONLOOKER_SPOOL = str(tmp_path / "missing" / "spool.sqlite3")
     registered = make_agent(signing=True)
 
     refused = push(Client(), registered, completed(), msg_id="msg_retry")

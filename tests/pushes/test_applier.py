@@ -1,4 +1,4 @@
-"""The durable inbox and its applier: a push is kept on its request and applied after, in
+"""The durable spool and its applier: a push is kept on its request and applied after, in
 batches; a delivery whose apply fails is kept, marked and retried without stopping the others;
 each session a batch changed is published once; the background thread applies a lone push at
 once and what a crash left pending when it starts.
@@ -61,7 +61,7 @@ def test_a_push_is_kept_pending_and_acknowledged_before_it_is_applied(kept_only)
     delivery_id = accepted(push(Client(), registered, status("WORKING", at=1, text="Starting")))
 
     assert not Task.objects.exists() and not Session.objects.exists()
-    if spool.path():  # SQLite: kept in the inbox file, the database untouched
+    if spool.path():  # SQLite: kept in the spool file, the database untouched
         assert (spool.waiting(), Delivery.objects.count()) == (1, 0)
     else:
         kept = Delivery.objects.get()
@@ -80,7 +80,7 @@ def test_a_push_is_kept_pending_and_acknowledged_before_it_is_applied(kept_only)
 
 
 def test_a_push_is_kept_with_one_statement_that_commits_on_its_own(kept_only, settings):
-    settings.ONLOOKER_INBOX = "off"  # kept in the database, as on PostgreSQL
+    settings.ONLOOKER_SPOOL = "off"  # kept in the database, as on PostgreSQL
     registered = make_agent()
 
     with CaptureQueriesContext(connection) as queries:
@@ -430,7 +430,7 @@ def test_a_batch_reads_its_agents_once_not_again_for_each_session_it_renders(kep
         batch = applier.apply_batch(seconds=60.0)
 
     assert (batch.applied, len(batch.sessions)) == (3, 3)
-    # Loaded once, with the deliveries (the inbox's move only asks which of its agents
+    # Loaded once, with the deliveries (the spool's move only asks which of its agents
     # still exist).
     agents = [q["sql"] for q in queries if '"tasks_agent"."card_url"' in q["sql"]]
     assert len(agents) == 1 and 'FROM "tasks_delivery"' in agents[0], agents

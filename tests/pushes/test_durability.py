@@ -65,13 +65,13 @@ from tasks.models import Delivery, Message, Task
 integrity = None
 columns = ("idempotency_key", "task_id", "outcome")
 deliveries = [list(row) for row in Delivery.objects.values_list(*columns)]
-# On SQLite pushes wait in the inbox file until the applier takes them (tasks/pushes/spool.py).
-in_inbox = []
+# On SQLite pushes wait in the spool file until the applier takes them (tasks/pushes/spool.py).
+in_spool = []
 if spool.path() and os.path.exists(spool.path()):
     with sqlite3.connect(spool.path()) as file:
-        in_inbox = file.execute("SELECT idempotency_key, task_id FROM push").fetchall()
+        in_spool = file.execute("SELECT idempotency_key, task_id FROM push").fetchall()
 taken = {key for key, _, _ in deliveries}
-deliveries += [[key, task_id, "pending"] for key, task_id in in_inbox if key not in taken]
+deliveries += [[key, task_id, "pending"] for key, task_id in in_spool if key not in taken]
 if connection.vendor == "sqlite":
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA integrity_check")
@@ -80,7 +80,7 @@ print(json.dumps({
     "vendor": connection.vendor,
     "integrity": integrity,
     "deliveries": deliveries,
-    "in_inbox": len(in_inbox),
+    "in_spool": len(in_spool),
     "tasks": list(Task.objects.values_list("task_id", "state")),
     "messages": list(Message.objects.values_list("message_id", flat=True)),
 }))
@@ -272,9 +272,9 @@ def applied_store(child, timeout: float = 30.0) -> dict:
     while True:
         store = child.python(INSPECT_STORE)
         pending = [key for key, _, outcome in store["deliveries"] if outcome == "pending"]
-        if not pending and not store["in_inbox"]:
+        if not pending and not store["in_spool"]:
             return store
-        waiting = len(pending) + store["in_inbox"]
+        waiting = len(pending) + store["in_spool"]
         assert time.monotonic() < deadline, f"{waiting} deliveries never applied"
         time.sleep(0.2)
 

@@ -1,9 +1,9 @@
-"""The inbox file (SQLite): a push is kept there without waiting for the database's write
+"""The spool file (SQLite): a push is kept there without waiting for the database's write
 lock, moved into the database by the applier with the id its agent was told, counted once
 however many copies arrive and wherever they find it, and never applied twice, even when a
-crash kept the inbox from being cleared after a move.
+crash kept the spool from being cleared after a move.
 
-These commit for real (`transaction=True`): the inbox is a file of its own, beside the test
+These commit for real (`transaction=True`): the spool is a file of its own, beside the test
 database, and a move is the applier's own transaction.
 """
 
@@ -28,17 +28,17 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3",
-        reason="the inbox file is SQLite's: PostgreSQL keeps pushes in the database",
+        reason="the spool file is SQLite's: PostgreSQL keeps pushes in the database",
     ),
 ]
 
 
 @pytest.fixture(autouse=True)
 def kept_only(settings):
-    """Web processes that only keep pushes, and an inbox with nothing of other tests'."""
+    """Web processes that only keep pushes, and a spool with nothing of other tests'."""
     settings.ONLOOKER_APPLIER = "external"
     file = spool.path()
-    assert file is not None, "the tests' SQLite database is a file: it has an inbox"
+    assert file is not None, "the tests' SQLite database is a file: it has a spool"
     spool.waiting()  # created if it was not
     with sqlite3.connect(file) as opened:
         opened.execute("DELETE FROM push")
@@ -78,7 +78,7 @@ def test_a_push_is_acknowledged_while_an_applier_batch_holds_the_database_write_
     assert spool.waiting() == 1
 
 
-def test_the_applier_moves_a_push_with_the_id_its_agent_was_told_and_clears_the_inbox():
+def test_the_applier_moves_a_push_with_the_id_its_agent_was_told_and_clears_the_spool():
     registered = make_agent()
     ids = [
         answer(push(Client(), registered, status("WORKING", at=n, text=f"step {n}")))[1]
@@ -96,7 +96,7 @@ def test_the_applier_moves_a_push_with_the_id_its_agent_was_told_and_clears_the_
     assert Task.objects.get().status_message == "step 2"
 
 
-def test_a_copy_still_in_the_inbox_is_a_duplicate_counted_on_it():
+def test_a_copy_still_in_the_spool_is_a_duplicate_counted_on_it():
     registered = make_agent()
     body = status("WORKING", at=1, text="only once")
     first = answer(push(Client(), registered, body, msg_id="msg-1"))
@@ -118,16 +118,16 @@ def test_a_copy_of_a_push_the_applier_has_taken_is_a_duplicate_of_it_and_applies
     again = answer(push(Client(), registered, body, msg_id="msg-1"))
 
     assert again == ("duplicate", first[1])
-    applier.apply_batch()  # the copy it left in the inbox is counted, not applied
+    applier.apply_batch()  # the copy it left in the spool is counted, not applied
     delivery = Delivery.objects.get()
     assert (delivery.pk, delivery.duplicates, delivery.outcome) == (first[1], 1, "applied")
     assert spool.waiting() == 0 and Message.objects.count() == 1
 
 
-def test_pushes_moved_before_a_crash_kept_the_inbox_from_being_cleared_are_applied_once():
+def test_pushes_moved_before_a_crash_kept_the_spool_from_being_cleared_are_applied_once():
     registered = make_agent()
     _, delivery_id = answer(push(Client(), registered, status("WORKING", at=1, text="once")))
-    # What a crash right after a batch committed leaves: the push moved, still in the inbox.
+    # What a crash right after a batch committed leaves: the push moved, still in the spool.
     with writing(), transaction.atomic():
         deliveries.move_from_spool(100)
     assert spool.waiting() == 1 and Delivery.objects.filter(pk=delivery_id).exists()
@@ -139,14 +139,14 @@ def test_pushes_moved_before_a_crash_kept_the_inbox_from_being_cleared_are_appli
     assert spool.waiting() == 0 and Message.objects.count() == 1
 
 
-def test_a_new_inbox_file_numbers_deliveries_above_those_the_database_has(settings, tmp_path):
+def test_a_new_spool_file_numbers_deliveries_above_those_the_database_has(settings, tmp_path):
     registered = make_agent()
-    settings.ONLOOKER_INBOX = "off"  # kept in the database, as before there was an inbox
+    settings.ONLOOKER_SPOOL = "off"  # kept in the database, as before there was a spool
     for n in range(3):
         push(Client(), registered, status("WORKING", task=f"t-{n}", at=1))
     highest = max(Delivery.objects.values_list("pk", flat=True))
 
-    settings.ONLOOKER_INBOX = str(tmp_path / "new-spool.sqlite3")
+    settings.ONLOOKER_SPOOL = str(tmp_path / "new-spool.sqlite3")
     _, delivery_id = answer(push(Client(), registered, status("WORKING", task="t-new", at=1)))
 
     assert delivery_id > highest
@@ -170,7 +170,7 @@ def test_a_push_the_applier_moves_at_once_is_accepted_not_taken_for_a_copy_of_it
     # The applier may move a push between the receiver keeping it and looking in the
     # database for an earlier copy (seen under load: 3 of 3,000 pushes answered
     # "duplicate"). What the receiver then finds is the push itself, as the move left it:
-    # its row, under the id the inbox gives it and its own key, made here beforehand.
+    # its row, under the id the spool gives it and its own key, made here beforehand.
     registered = make_agent()
     with sqlite3.connect(spool.path()) as opened:
         (last,) = opened.execute("SELECT seq FROM sqlite_sequence WHERE name = 'push'").fetchone()
@@ -189,20 +189,20 @@ def test_a_push_the_applier_moves_at_once_is_accepted_not_taken_for_a_copy_of_it
     assert (outcome, delivery_id) == ("accepted", last + 1)
 
 
-def test_pushes_kept_in_the_inbox_are_applied_after_it_is_turned_off(settings):
+def test_pushes_kept_in_the_spool_are_applied_after_it_is_turned_off(settings):
     registered = make_agent()
     _, delivery_id = answer(push(Client(), registered, status("WORKING", at=1, text="kept")))
 
-    settings.ONLOOKER_INBOX = "off"  # a restart with the inbox off, before they were applied
+    settings.ONLOOKER_SPOOL = "off"  # a restart with the spool off, before they were applied
     applier.apply_batch()
 
     assert Delivery.objects.get(pk=delivery_id).outcome == "applied"
     assert Task.objects.get().status_message == "kept"
-    settings.ONLOOKER_INBOX = ""
+    settings.ONLOOKER_SPOOL = ""
     assert spool.waiting() == 0
 
 
-def test_a_push_whose_ids_hold_a_lone_surrogate_is_kept_in_the_inbox_and_applied():
+def test_a_push_whose_ids_hold_a_lone_surrogate_is_kept_in_the_spool_and_applied():
     registered = make_agent()
     body = status("WORKING", task="t\ud800", context="c\udfff", text="hi \ud800")
 
@@ -214,7 +214,7 @@ def test_a_push_whose_ids_hold_a_lone_surrogate_is_kept_in_the_inbox_and_applied
     assert Task.objects.get().task_id == "t\ufffd"
 
 
-def test_a_batch_whose_inbox_could_not_be_cleared_still_stands_and_the_next_move_clears_it(
+def test_a_batch_whose_spool_could_not_be_cleared_still_stands_and_the_next_move_clears_it(
     monkeypatch,
 ):
     registered = make_agent()
@@ -236,7 +236,7 @@ def test_a_batch_whose_inbox_could_not_be_cleared_still_stands_and_the_next_move
     worker = threading.Thread(target=apply_in_a_thread_of_its_own)
     worker.start()
     assert connected.wait(timeout=10)
-    # Another writer holds the inbox's lock longer than the applier waits for it.
+    # Another writer holds the spool's lock longer than the applier waits for it.
     with sqlite3.connect(spool.path(), isolation_level=None) as other:
         other.execute("BEGIN IMMEDIATE")
         locked.set()
@@ -249,3 +249,15 @@ def test_a_batch_whose_inbox_could_not_be_cleared_still_stands_and_the_next_move
     applier.apply_batch()
     assert spool.waiting() == 0
     assert Delivery.objects.get().duplicates == 0 and Message.objects.count() == 1
+
+
+def test_a_spool_an_earlier_version_kept_as_its_inbox_file_is_used_while_it_is_the_only_one(
+    tmp_path,
+):
+    # What it holds was acknowledged, and must be applied, whatever the file is called now.
+    database = str(tmp_path / "onlooker.sqlite3")
+    assert spool._beside(database) == f"{database}-spool"
+    (tmp_path / "onlooker.sqlite3-inbox").touch()
+    assert spool._beside(database) == f"{database}-inbox"
+    (tmp_path / "onlooker.sqlite3-spool").touch()
+    assert spool._beside(database) == f"{database}-spool"

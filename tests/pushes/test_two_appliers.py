@@ -4,7 +4,7 @@ wait for each other's sessions, so never deadlock), and the store ends where one
 applying the pushes in order would have left it.
 
 On PostgreSQL the appliers claim with SKIP LOCKED. The embedded SQLite default is meant for
-one server, but two on one file must still be safe: they keep pushes in one inbox file and
+one server, but two on one file must still be safe: they keep pushes in one spool file and
 their appliers take turns moving them (tasks/pushes/spool.py), so none is moved or counted twice.
 """
 
