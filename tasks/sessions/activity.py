@@ -27,7 +27,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from tasks.models import Artifact, Interaction, Message, Session, Task
-from tasks.sessions import progress_card, question_detail
+from tasks.sessions import artifact_markdown, progress_card, question_detail
 from tasks.sessions.progress_card import strip_invisible
 from tasks.wire import agent_text
 
@@ -185,9 +185,9 @@ def _markdown_cut(version: Artifact) -> bool:
     total = sum(
         len(part["text"])
         for part in version.parts
-        if progress_card.is_markdown_part(part, version.files)
+        if artifact_markdown.is_markdown_part(part, version.files)
     )
-    return total > progress_card.MAX_ARTIFACT_MARKDOWN_CHARS
+    return total > artifact_markdown.MAX_ARTIFACT_MARKDOWN_CHARS
 
 
 def _data_text(data: Any) -> str:
@@ -235,7 +235,7 @@ def preview(
     for index, part in enumerate(parts if isinstance(parts, list) else []):
         if not isinstance(part, dict):
             continue
-        if markdown_files is not _NOT_MARKDOWN and progress_card.is_markdown_part(
+        if markdown_files is not _NOT_MARKDOWN and artifact_markdown.is_markdown_part(
             part, markdown_files
         ):
             continue
@@ -330,7 +330,7 @@ def _download_kind(part: Any, files: Any) -> tuple[str, str] | None:
     if not isinstance(part, dict):
         return None
     if isinstance(part.get("text"), str):
-        markdown = progress_card.is_markdown_part(part, files)
+        markdown = artifact_markdown.is_markdown_part(part, files)
         return (".md" if markdown else ".txt"), "text/plain; charset=utf-8"
     if isinstance(part.get("raw"), str):
         # Never the agent's media type, which could say text/html.

@@ -318,43 +318,6 @@ def render(markdown: str) -> str:
     return _cleaner.clean(html).strip()
 
 
-# Of an artifact's markdown: what its version on the session page renders (the rest is a
-# "show all" away, as plain text).
-MAX_ARTIFACT_MARKDOWN_CHARS = 10_000
-
-
-def render_artifact(markdown: str) -> str:
-    """A text/markdown artifact's first MAX_ARTIFACT_MARKDOWN_CHARS characters, rendered and
-    sanitized exactly as a card's note is (same allowlist, same stripping)."""
-    return render(strip_invisible(markdown[:MAX_ARTIFACT_MARKDOWN_CHARS].replace("\x00", "")))
-
-
-_MARKDOWN_SUFFIXES = (".md", ".markdown")
-
-
-def is_markdown_part(part: Any, files: Any) -> bool:
-    """A text part in markdown: its mediaType says text/markdown, or it has none and the
-    artifact's files/v1 path names a markdown file."""
-    if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-        return False
-    media = part.get("mediaType")
-    if isinstance(media, str) and media:
-        return media.split(";")[0].strip().lower() == "text/markdown"
-    path = files.get("path") if isinstance(files, dict) else None
-    return isinstance(path, str) and path.lower().endswith(_MARKDOWN_SUFFIXES)
-
-
-def artifact_html(parts: Any, files: Any) -> str:
-    """An artifact version's markdown text parts, rendered once (when the version is stored)
-    by the card's renderer and sanitizer; "" when it has none."""
-    texts = [
-        part["text"]
-        for part in (parts if isinstance(parts, list) else [])
-        if is_markdown_part(part, files) and part["text"]
-    ]
-    return render_artifact("\n\n".join(texts)) if texts else ""
-
-
 def markdown_digest(markdown: str | None) -> str:
     return hashlib.sha256((markdown or "").encode()).hexdigest()
 
@@ -518,9 +481,24 @@ def from_session(
         # Two writers, one card: the latest write wins. The statuses give no plan or note
         # newer than what they gave before the card-API write, so that write stands.
         plan, markdown, source = card.plan, card.markdown or None, ProgressCard.Source.API
+    facts = _facts(session, tasks, None if question is NOT_READ else question)
+    return store(
+        session,
+        plan,
+        markdown,
+        facts,
+        only_if_changed=True,
+        source=source,
+        status_digest=status_digest,
+        current=card,
+    )
+
+
+def _facts(session: Session, tasks: list[Task], question: Interaction | None) -> dict | None:
+    """What the card shows beside the plan and note, from the session and its tasks (newest
+    first): state, the open question (`question` when the caller read it), who answered it,
+    uncertain effects and the latest ended turn's telemetry; None when there is nothing."""
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
-    if question is NOT_READ:
-        question = None
     if question is None and session.needs_human:
         question = (
             Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
@@ -556,16 +534,7 @@ def from_session(
     ended = next((t for t in tasks if t.is_terminal and t.telemetry), None)
     if ended is not None:
         facts["telemetry"] = ended.telemetry
-    return store(
-        session,
-        plan,
-        markdown,
-        facts or None,
-        only_if_changed=True,
-        source=source,
-        status_digest=status_digest,
-        current=card,
-    )
+    return facts or None
 
 
 def _content_digest(plan: list[dict] | None, markdown: str | None) -> str:

@@ -10,7 +10,7 @@ from django.db.models import Max
 
 from tasks.models import Artifact, Task
 from tasks.pushes.apply.state import Applied
-from tasks.sessions import progress_card
+from tasks.sessions import artifact_markdown
 from tasks.wire import profile
 from tasks.wire import protocol as p
 
@@ -43,7 +43,7 @@ def _new_version(
         parts=parts,
         files=files,
         complete=complete,
-        markdown_html=progress_card.artifact_html(parts, files),
+        markdown_html=artifact_markdown.artifact_html(parts, files),
         received_at=applied.now,
     )
     applied.locked.timeline.artifact(artifact)
@@ -80,7 +80,7 @@ def artifact_update(applied: Applied, task: Task, event: p.ArtifactUpdate) -> No
         latest.files = files or latest.files
         latest.name = artifact.name or latest.name
         latest.complete = bool(event.last_chunk)  # appending: a stream, until it says last
-        latest.markdown_html = progress_card.artifact_html(latest.parts, latest.files)
+        latest.markdown_html = artifact_markdown.artifact_html(latest.parts, latest.files)
         latest.save(update_fields=["parts", "files", "name", "complete", "markdown_html"])
         return
     if latest is not None and latest.parts == parts and (files or None) == latest.files:
