@@ -1,4 +1,5 @@
-"""Calls out to agents: answers, messages and cancels (answers), the A2A client and its HTTP
-(a2a_client, agent_http), and registering, refreshing and following agents (agents, sync,
-following).
+"""Calls out to agents: answers to what they ask (answers), dismissing what they forgot
+(dismissals), messages, new sessions and cancels (talking), and the refusals these share
+(refusals); reading agent cards and calling agents over A2A (agent_card, a2a_client,
+agent_http); registering, refreshing and following agents (agents, sync, following).
 """

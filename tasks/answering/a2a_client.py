@@ -1,4 +1,5 @@
-"""Onlooker's calls to agents: agent card discovery and A2A 1.0 JSON-RPC, over HTTP.
+"""Onlooker's calls to agents: A2A 1.0 JSON-RPC, over HTTP (an agent's card is read by
+agent_card.py, within the same bounds and with the same errors).
 
 Every call goes over agent_http's pooled client and is bounded as a whole: it ends within
 ONLOOKER_AGENT_CALL_SECONDS (connecting, sending and reading the whole reply, however the agent
@@ -35,22 +36,13 @@ from django.conf import settings
 
 from tasks.answering import agent_http
 from tasks.wire import profile, tiers
-from tasks.wire.agent_text import hidden, plain_text
+from tasks.wire.agent_text import plain_text
 
 logger = logging.getLogger(__name__)
 
-CARD_PATH = "/.well-known/agent-card.json"
 A2A_VERSION = "1.0"
-# A card is parsed into a few bounded fields (MAX_DESCRIPTION, MAX_SKILLS below): a generous
-# one with fifty long skills is tens of KiB, so a MiB leaves room and still bounds the parse.
-MAX_CARD_BYTES = 1024 * 1024
 PAGE_SIZE = 50  # ListTasks: the spec's default; agents accept 1..100
 MAX_PAGES = 100  # iter_tasks stops an agent that pages forever
-# What the Agent model stores; a longer name is shortened, a longer URL or version refused.
-MAX_NAME, MAX_URL, MAX_VERSION = 200, 500, 20
-# What is kept of a card's own words for the agent page: longer text is cut, further skills
-# and tags are left out (a card is the agent's to write, and any size).
-MAX_DESCRIPTION, MAX_SKILLS, MAX_TAGS, MAX_TAG = 2_000, 50, 10, 60
 
 
 class A2AError(Exception):
@@ -87,18 +79,6 @@ class AgentAddress(Protocol):
 
 
 @dataclass(frozen=True)
-class AgentCard:
-    name: str
-    rpc_url: str
-    protocol_version: str
-    extensions: list[str]
-    push_notifications: bool
-    # The card's own words, made plain (`plain_text`) and bounded: shown, never interpreted.
-    description: str = ""
-    skills: list[dict] = field(default_factory=list)  # {"name", "description", "tags"}
-
-
-@dataclass(frozen=True)
 class PushConfig:
     """Where the agent should push a task's updates. The agent sends `token` as
     `X-A2A-Notification-Token` and `bearer` as `Authorization: Bearer …` (SDKs differ)."""
@@ -130,153 +110,6 @@ class TaskPage:
 # (`A2A-Extensions`, PROTOCOL §3): the app sets it to agents.record_echo when it starts, so
 # every call, whoever makes it, records the agent's tier. This module stores nothing itself.
 on_echo: Callable[[AgentAddress, list[str]], None] | None = None
-
-
-# --- card discovery -----------------------------------------------------------------------
-
-
-def card_url_for(url: str) -> str:
-    """Accept the agent's base URL or its card URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise A2AError(f"{url!r} is not an http(s) URL")
-    if parts.path.endswith(".json"):
-        return url
-    return url.rstrip("/") + CARD_PATH
-
-
-def fetch_card(url: str) -> AgentCard:
-    """Discover an agent from its base or card URL; also how a registered agent's card is
-    refreshed (`fetch_card(agent.card_url)`)."""
-    card_url = card_url_for(url)
-    limits = agent_http.Limits(
-        settings.ONLOOKER_AGENT_CALL_SECONDS, MAX_CARD_BYTES, f"the agent card at {card_url}"
-    )
-    try:
-        reply = agent_http.exchange("GET", card_url, limits)
-    except agent_http.ReplyRefused as refused:
-        raise A2AError(str(refused), http_status=refused.http_status) from None
-    except httpx.TimeoutException:
-        raise A2AError(f"the agent did not answer in time at {card_url}") from None
-    except httpx.HTTPError as error:
-        raise A2AError(f"could not reach {card_url}: {plain_text(str(error))}") from None
-    if reply.status_code != 200:
-        raise A2AError(
-            f"{card_url} answered HTTP {reply.status_code}, not an agent card",
-            http_status=reply.status_code,
-        )
-    try:
-        card = json.loads(reply.content)
-    except ValueError:
-        raise A2AError(f"{card_url} did not answer JSON", http_status=200) from None
-    return parse_card(card, card_url)
-
-
-def parse_card(card: object, card_url: str) -> AgentCard:
-    if not isinstance(card, dict):
-        raise A2AError(f"{card_url} is not an agent card (not a JSON object)")
-    interface = _jsonrpc_1x(card.get("supportedInterfaces"))
-    if interface is None:
-        raise A2AError(
-            f"the agent card at {card_url} offers no JSON-RPC interface with protocol version "
-            "1.x; Onlooker speaks A2A 1.0 over JSON-RPC"
-        )
-    capabilities = card.get("capabilities") if isinstance(card.get("capabilities"), dict) else {}
-    declared = capabilities.get("extensions") or []
-    extensions = [
-        e["uri"]
-        for e in declared
-        if isinstance(e, dict) and isinstance(e.get("uri"), str) and _unbroken(e["uri"])
-    ]
-    # The name is shown on every tile: the agent's words, made plain like its errors.
-    name = plain_text(card.get("name"), MAX_NAME)
-    return AgentCard(
-        name=name or urlsplit(card_url).hostname or "agent",
-        rpc_url=interface["url"],
-        protocol_version=interface["protocolVersion"],
-        extensions=extensions,
-        push_notifications=capabilities.get("pushNotifications") is True,
-        description=plain_text(card.get("description"), MAX_DESCRIPTION),
-        skills=_skills(card.get("skills")),
-    )
-
-
-def _skills(skills: object) -> list[dict]:
-    """The card's skills as the agent page shows them: name, description and tags, plain
-    text; one without a name or description is left out."""
-    if not isinstance(skills, list):
-        return []
-    shown = []
-    for skill in skills[:MAX_SKILLS]:
-        if not isinstance(skill, dict):
-            continue
-        name = plain_text(skill.get("name"), MAX_NAME) or plain_text(skill.get("id"), MAX_NAME)
-        description = plain_text(skill.get("description"), MAX_DESCRIPTION)
-        tags = skill.get("tags") if isinstance(skill.get("tags"), list) else []
-        words = [plain_text(tag, MAX_TAG) for tag in tags[:MAX_TAGS]]
-        if name or description:
-            shown.append(
-                {"name": name, "description": description, "tags": [t for t in words if t]}
-            )
-    return shown
-
-
-def _jsonrpc_1x(interfaces: object) -> dict | None:
-    if not isinstance(interfaces, list):
-        return None
-    for interface in interfaces:
-        if not isinstance(interface, dict):
-            continue
-        version = str(interface.get("protocolVersion", ""))
-        url = interface.get("url")
-        if (
-            interface.get("protocolBinding") == "JSONRPC"
-            and (version == "1" or version.startswith("1."))
-            and len(version) <= MAX_VERSION
-            and _unbroken(version)
-            and isinstance(url, str)
-            and _clean_url(url)
-        ):
-            return interface
-    return None
-
-
-def _clean_url(url: str) -> bool:
-    """An http(s) URL with a host, a valid port and nothing hidden in it (no spaces, control
-    or format characters, which would be shown to people and stored)."""
-    if not _unbroken(url):
-        return False
-    try:
-        origin(url)
-    except ValueError:
-        return False
-    return True
-
-
-def _unbroken(uri: str) -> bool:
-    """At most MAX_URL characters, none of them a space, control or format character."""
-    return len(uri) <= MAX_URL and not any(c.isspace() or hidden(c) for c in uri)
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def origin(url: str) -> str:
-    """`scheme://host[:port]` of an http(s) URL, without the port when it is the scheme's
-    default: two URLs reach the same server exactly when their origins are equal. The
-    credential is sent to the JSON-RPC URL, so its origin is what a person must agree to.
-    ValueError when the URL has none (not http(s), no host, a port that is not one)."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    host = parts.hostname  # lower case, without user info or IPv6 brackets
-    port = parts.port  # ValueError for a port that is not a number in range
-    if scheme not in _DEFAULT_PORTS or not host:
-        raise ValueError(f"{url!r} is not an http(s) URL with a host")
-    if ":" in host:
-        host = f"[{host}]"
-    if port is None or port == _DEFAULT_PORTS[scheme]:
-        return f"{scheme}://{host}"
-    return f"{scheme}://{host}:{port}"
 
 
 # --- JSON-RPC methods -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from tasks.answering import a2a_client
+from tasks.answering import a2a_client, agent_card
 from tasks.models import Agent, PushEndpoint, Session, digest
 from tasks.sessions import changes, fragments, search
 
@@ -113,25 +113,11 @@ def register(
     elif signing_secret:
         check_signing_secret(signing_secret)
     credential = check_credential(credential)
-    if len(name.strip()) > a2a_client.MAX_NAME:
-        raise RegistrationError(f"a name has at most {a2a_client.MAX_NAME} characters")
-    try:
-        card_url = a2a_client.card_url_for(card_url)
-        if len(card_url) > a2a_client.MAX_URL:
-            raise RegistrationError(f"the card URL is longer than {a2a_client.MAX_URL} characters")
-        existing = registrations_of(card_url)
-        if existing and not again:
-            raise AlreadyRegistered(existing)
-        card = a2a_client.fetch_card(card_url)
-    except a2a_client.A2AError as error:
-        raise RegistrationError(str(error)) from None
-    card_origin, rpc_origin = a2a_client.origin(card_url), a2a_client.origin(card.rpc_url)
-    if card_origin != rpc_origin and not allow_other_rpc_origin:
-        raise OtherRpcOrigin(
-            f"the agent card at {card_origin} names a JSON-RPC URL at another origin, "
-            f"{rpc_origin}: Onlooker would send the agent's credential there. Register it "
-            "only if you trust that origin with it, allowing another JSON-RPC origin"
-        )
+    if len(name.strip()) > agent_card.MAX_NAME:
+        raise RegistrationError(f"a name has at most {agent_card.MAX_NAME} characters")
+    card_url, card = _card_to_register(
+        card_url, again=again, allow_other_rpc_origin=allow_other_rpc_origin
+    )
     api_token = new_api_token()
     with transaction.atomic():
         agent = Agent.objects.create(
@@ -155,11 +141,37 @@ def register(
     return Registration(agent, endpoint, token, bearer, signing_secret or None, api_token)
 
 
+def _card_to_register(
+    card_url: str, *, again: bool, allow_other_rpc_origin: bool
+) -> tuple[str, agent_card.AgentCard]:
+    """The card's URL (a base URL becomes its card URL) and the card read there. Refused,
+    before anything is stored, when that agent is registered already (unless `again`) or its
+    card names a JSON-RPC URL at another origin (unless `allow_other_rpc_origin`)."""
+    try:
+        card_url = agent_card.card_url_for(card_url)
+        if len(card_url) > agent_card.MAX_URL:
+            raise RegistrationError(f"the card URL is longer than {agent_card.MAX_URL} characters")
+        existing = registrations_of(card_url)
+        if existing and not again:
+            raise AlreadyRegistered(existing)
+        card = agent_card.fetch_card(card_url)
+    except a2a_client.A2AError as error:
+        raise RegistrationError(str(error)) from None
+    card_origin, rpc_origin = agent_card.origin(card_url), agent_card.origin(card.rpc_url)
+    if card_origin != rpc_origin and not allow_other_rpc_origin:
+        raise OtherRpcOrigin(
+            f"the agent card at {card_origin} names a JSON-RPC URL at another origin, "
+            f"{rpc_origin}: Onlooker would send the agent's credential there. Register it "
+            "only if you trust that origin with it, allowing another JSON-RPC origin"
+        )
+    return card_url, card
+
+
 def card_key(card_url: str) -> str:
     """What makes two card URLs the same agent's: origin, path and query (so `HTTP://Host:80/`
     and `http://host/` are one); the URL itself when it has no origin."""
     try:
-        key = a2a_client.origin(card_url)
+        key = agent_card.origin(card_url)
     except ValueError:
         return card_url
     parts = urlsplit(card_url)
@@ -242,7 +254,7 @@ def refresh_card(agent: Agent) -> str | None:
     the card's own. A card naming another origin is not followed (the credential would go
     there): the URL stays, and the refused one is kept on the agent (`refused_move`)."""
     try:
-        card = a2a_client.fetch_card(agent.card_url)
+        card = agent_card.fetch_card(agent.card_url)
     except a2a_client.A2AError as error:
         agent.last_error = str(error)
         agent.save(update_fields=["last_error"])
@@ -276,7 +288,7 @@ def refresh_card(agent: Agent) -> str | None:
 
 def _origin(url: str) -> str | None:
     try:
-        return a2a_client.origin(url)
+        return agent_card.origin(url)
     except ValueError:  # a URL stored before origins were checked
         return None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from tasks.answering import a2a_client, agents, sync
-from tasks.answering.answers import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
+from tasks.answering.refusals import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
 from tasks.models import Agent, PushEndpoint, Session
 from tasks.pushes import fetched
 from tasks.wire import protocol

@@ -42,7 +42,7 @@ class Agent(models.Model):
     )
     push_notifications = models.BooleanField(default=False)
     # The card's own words as of its last fetch, plain text and bounded
-    # (answering/a2a_client.parse_card): the name it gives itself (`name` is what people call
+    # (answering/agent_card.parse_card): the name it gives itself (`name` is what people call
     # it), its description and skills.
     card_name = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)

@@ -189,7 +189,7 @@ class Interaction(models.Model):
       reopen   the agent asks it anew, after any state but open: a new round, open again,
                free of the last round's decision;
       close    the agent moved on: open, answering or sent → closed, keeping any decision.
-    answering/answers.py, people's side, the rest:
+    answering/answers.py and dismissals.py, people's side, the rest:
       claim    a decision, before the call: open → answering, bound to it from now on;
       reclaim  the bound decision sent again: sent, or a stale claim (a dead process) →
                answering;

@@ -5,8 +5,8 @@ one writer of `TimelineEntry` rows, and their one reader.
 Writing. The applier applies many pushes in one transaction: their entries are gathered in a
 `Pending` (one per batch, on `pushes/apply`'s `Locked`) and inserted with one bulk INSERT when the
 batch (or, applied alone, its delivery's savepoint) is done, so a push costs no query of its
-own here. Answers and dismissals (answers.py) and card-API writes are one person's action
-each: their entry is inserted at once, in the action's transaction.
+own here. Answers and dismissals (answers.py, dismissals.py) and card-API writes are one
+person's action each: their entry is inserted at once, in the action's transaction.
 
 - state: a current status whose state differs from the task's stored one, or a task's first
   status (statuses older than the stored one, and any after a final state, change no state);

@@ -29,7 +29,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks.answering import answers
+from tasks.answering import answers, dismissals, refusals, talking
 from tasks.api.sessions import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState, states
 from tasks.notify import seen
@@ -243,7 +243,7 @@ def _activity(session: Session, query) -> dict:
         "turns": activity.turns(session),
         "working_task": _running(session),
         "queued_tasks": _queued(session),
-        "reply_task": answers.waiting_task(session),
+        "reply_task": talking.waiting_task(session),
         # Refetched with the rest of the activity whenever the session changes: it is live.
         "timeline": timeline.of_session(session),
     }
@@ -380,7 +380,7 @@ def question_text(request: HttpRequest, interaction_id: int) -> HttpResponse:
     """One question (its prompt and detail) in full: where its "show all" leads."""
     try:
         question = answers.visible(request.user, interaction_id)
-    except answers.NotFound as error:
+    except refusals.NotFound as error:
         raise Http404(str(error)) from None
     return _plain_text(activity.question_text(question))
 
@@ -398,11 +398,11 @@ def _wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
-def _refused(request: HttpRequest, error: answers.AnswerError, session_id: int) -> HttpResponse:
+def _refused(request: HttpRequest, error: refusals.AnswerError, session_id: int) -> HttpResponse:
     if _wants_json(request):
         body = {"error": type(error).__name__, "detail": str(error)}
         return JsonResponse(body, status=error.status)
-    if isinstance(error, answers.NotFound):
+    if isinstance(error, refusals.NotFound):
         raise Http404(str(error))
     messages.error(request, str(error))
     return redirect("session", session_id)
@@ -413,7 +413,7 @@ def _acted(request: HttpRequest, session_id: int, act) -> HttpResponse:
     session with a message for a plain form post. Refusals say what was wrong."""
     try:
         state, detail = act()
-    except answers.AnswerError as error:
+    except refusals.AnswerError as error:
         return _refused(request, error, session_id)
     if _wants_json(request):
         return JsonResponse({"state": state, "detail": detail})
@@ -428,7 +428,7 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
     checked in answers.answer, on every post."""
     try:
         interaction = answers.visible(request.user, interaction_id)
-    except answers.NotFound as error:
+    except refusals.NotFound as error:
         return _refused(request, error, 0)
 
     def act():
@@ -444,14 +444,14 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
 def dismiss_interaction(request: HttpRequest, interaction_id: int) -> HttpResponse:
     """Dismiss a question the agent no longer knows. CSRF-checked like every POST; the
     permission (the one that answers) and the agent's own word are checked in
-    answers.dismiss, on every post."""
+    dismissals.dismiss, on every post."""
     try:
         interaction = answers.visible(request.user, interaction_id)
-    except answers.NotFound as error:
+    except refusals.NotFound as error:
         return _refused(request, error, 0)
 
     def act():
-        done = answers.dismiss(request.user, interaction)
+        done = dismissals.dismiss(request.user, interaction)
         return done.state, done.detail
 
     return _acted(request, interaction.task.session_id, act)
@@ -463,7 +463,7 @@ def send_message(request: HttpRequest, session_id: int) -> HttpResponse:
     """The composer: a person's message to the session's agent."""
 
     def act():
-        sent = answers.send_message(request.user, session_id, answers.parse_message(request.POST))
+        sent = talking.send_message(request.user, session_id, talking.parse_message(request.POST))
         return sent.state, sent.describe()
 
     return _acted(request, session_id, act)
@@ -476,11 +476,11 @@ def start_session(request: HttpRequest) -> HttpResponse:
     agent = whole_number(request.POST.get("agent", ""))
     try:
         if agent is None:
-            raise answers.AnswerError("agent must be the id of an agent")
-        composed = answers.parse_message(request.POST)
-        session = answers.start_session(request.user, agent, composed)
-    except answers.AnswerError as error:
-        if _wants_json(request) or isinstance(error, answers.NotFound):
+            raise refusals.AnswerError("agent must be the id of an agent")
+        composed = talking.parse_message(request.POST)
+        session = talking.start_session(request.user, agent, composed)
+    except refusals.AnswerError as error:
+        if _wants_json(request) or isinstance(error, refusals.NotFound):
             return _refused(request, error, 0)
         messages.error(request, str(error))
         return redirect("overview")
@@ -507,7 +507,7 @@ def cancel_task(request: HttpRequest, session_id: int) -> HttpResponse:
 
     def act():
         if request.POST.get("confirm") != "yes":
-            raise answers.AnswerError(CANCEL_UNCONFIRMED)
-        return "sent", answers.cancel(request.user, session_id, request.POST.get("task_id", ""))
+            raise refusals.AnswerError(CANCEL_UNCONFIRMED)
+        return "sent", talking.cancel(request.user, session_id, request.POST.get("task_id", ""))
 
     return _acted(request, session_id, act)

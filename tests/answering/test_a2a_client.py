@@ -21,7 +21,7 @@ import httpx
 import pytest
 from django.db import connections
 
-from tasks.answering import a2a_client, agent_http
+from tasks.answering import a2a_client, agent_card, agent_http
 from tasks.answering.a2a_client import A2AError, PushConfig
 from tasks.models import Agent
 from tasks.wire import agent_text
@@ -64,7 +64,7 @@ def direct_connections(monkeypatch):
 @dataclass
 class SdkAgent:
     base_url: str
-    card: a2a_client.AgentCard
+    card: agent_card.AgentCard
     agent: Agent
 
     def start_task(self, push: PushConfig | None = None, **options) -> dict:
@@ -100,12 +100,12 @@ def sdk_agent(tmp_path_factory) -> Iterator[SdkAgent]:
             if process.poll() is not None:
                 pytest.fail(f"the agent exited with {process.returncode}:\n{stderr.read_text()}")
             try:
-                return httpx.get(base_url + a2a_client.CARD_PATH, timeout=1).status_code == 200
+                return httpx.get(base_url + agent_card.CARD_PATH, timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 
         wait_for(card_served, "the agent's card")
-        card = a2a_client.fetch_card(base_url)
+        card = agent_card.fetch_card(base_url)
         agent = agent_at(card.rpc_url, extensions=card.extensions, credential="Bearer unused")
         yield SdkAgent(base_url, card, agent)
     finally:

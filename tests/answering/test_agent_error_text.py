@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils.html import escape
 
-from tasks.answering import a2a_client
+from tasks.answering.agent_card import CARD_PATH
 from tasks.models import Agent, Interaction
 from tasks.wire import agent_text, profile
 from tests.answering.test_add_agent import agent_card
@@ -99,7 +99,7 @@ def test_a_json_rpc_error_reaches_the_person_answering_as_a_short_plain_excerpt(
 def test_sync_agents_shows_a_short_plain_excerpt_of_the_agents_error(bad_agent):
     registered = make_agent(name="Broken")
     Agent.objects.filter(pk=registered.agent.pk).update(
-        card_url=bad_agent.base_url + a2a_client.CARD_PATH, rpc_url=bad_agent.rpc_url
+        card_url=bad_agent.base_url + CARD_PATH, rpc_url=bad_agent.rpc_url
     )
     bad_agent.rpc_error(-32603, HOSTILE)
 
@@ -116,7 +116,7 @@ def test_what_broke_the_connection_is_kept_and_shown_as_a_short_excerpt(bad_agen
     a control character, from the host serving the card."""
     registered = make_agent(name="Garbled")
     Agent.objects.filter(pk=registered.agent.pk).update(
-        card_url=bad_agent.base_url + a2a_client.CARD_PATH, rpc_url=bad_agent.rpc_url
+        card_url=bad_agent.base_url + CARD_PATH, rpc_url=bad_agent.rpc_url
     )
     bad_agent.answer(b"{}", content_type="text/plain\r\nX-\x01<b>" + "Z" * 9_000 + ": y")
 

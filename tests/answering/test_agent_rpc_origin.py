@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from starlette.applications import Starlette
 
-from tasks.answering import a2a_client
+from tasks.answering import agent_card
 from tasks.models import Agent, PushEndpoint
 from tests.peers import approval_agent
 from tests.peers.misbehaving_agent import MisbehavingAgent
@@ -76,7 +76,7 @@ class MovableAgent:
 
     @property
     def card_url(self) -> str:
-        return self.base_url + a2a_client.CARD_PATH
+        return self.base_url + agent_card.CARD_PATH
 
     def names(self, url: str) -> None:
         self.named = url
@@ -188,7 +188,7 @@ def test_add_agent_at_the_cards_own_origin_needs_no_permission(sdk_agent):
 
 def test_default_ports_and_letter_case_make_no_other_origin():
     same = {
-        a2a_client.origin(url)
+        agent_card.origin(url)
         for url in (
             "http://Agent.Example:80/a2a",
             "HTTP://agent.example/other/path?q=1",
@@ -196,10 +196,10 @@ def test_default_ports_and_letter_case_make_no_other_origin():
         )
     }
     assert same == {"http://agent.example"}
-    assert a2a_client.origin("https://agent.example:443/x") == "https://agent.example"
-    assert a2a_client.origin("https://agent.example:8443/x") == "https://agent.example:8443"
-    assert a2a_client.origin("http://[::1]:8000/x") == "http://[::1]:8000"
-    assert a2a_client.origin("http://agent.example:443/") != a2a_client.origin(
+    assert agent_card.origin("https://agent.example:443/x") == "https://agent.example"
+    assert agent_card.origin("https://agent.example:8443/x") == "https://agent.example:8443"
+    assert agent_card.origin("http://[::1]:8000/x") == "http://[::1]:8000"
+    assert agent_card.origin("http://agent.example:443/") != agent_card.origin(
         "https://agent.example/"
     )
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from django.core.management import CommandError, call_command
 
-from tasks.answering import a2a_client
+from tasks.answering.agent_card import CARD_PATH
 from tasks.models import Agent, Delivery, Task
 from tasks.pushes import fetched
 from tasks.wire import protocol
@@ -45,7 +45,7 @@ class ScriptedAgent:
         self.tasks: dict[str, object] = {}
         registered = make_agent(name=name)
         Agent.objects.filter(pk=registered.agent.pk).update(
-            card_url=server.base_url + a2a_client.CARD_PATH, rpc_url=server.rpc_url
+            card_url=server.base_url + CARD_PATH, rpc_url=server.rpc_url
         )
         self.agent = Agent.objects.get(pk=registered.agent.pk)
         self.prefix = f"{name} (#{self.agent.pk}): "

@@ -31,7 +31,7 @@ from demo import run as demo_run
 from demo.agent import serve, valid_secret
 from demo.executor import QUEUED_TEXT
 from demo.scenarios import FOCUSES, Picker
-from tasks.answering import a2a_client
+from tasks.answering import a2a_client, agent_card
 from tasks.answering.agents import new_signing_secret
 from tasks.models import Agent, Delivery, ProgressCard, Refusal, Task
 from tasks.wire import profile
@@ -233,7 +233,7 @@ def test_card_offers_jsonrpc_1_0_push_notifications_and_the_five_extensions(exam
     # The URIs Onlooker reads; `required` false (ProtoJSON leaves a false out).
     assert [e["uri"] for e in declared] == list(profile.EXTENSIONS) == list(demo_run.EXTENSIONS)
     assert all(e.get("required", False) is False for e in declared)
-    parsed = a2a_client.parse_card(card, example_agent.card_url)
+    parsed = agent_card.parse_card(card, example_agent.card_url)
     assert parsed.extensions == list(profile.EXTENSIONS) and parsed.push_notifications
 
 

@@ -25,8 +25,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from starlette.applications import Starlette
 
-from tasks.answering import a2a_client, agents, following
-from tasks.answering.answers import AnswerError
+from tasks.answering import agent_card, agents, following
+from tasks.answering.refusals import AnswerError
 from tasks.models import Agent, Delivery, PushEndpoint, Session, Task
 from tasks.sessions import fragments
 from tests.answering.test_a2a_peer import onlooker, wait_for  # noqa: F401 - fixtures
@@ -516,13 +516,13 @@ def test_a_cards_skills_are_kept_as_bounded_plain_text():
             *({"name": f"s{i}"} for i in range(200)),
         ],
     }
-    parsed = a2a_client.parse_card(card, "http://a.test/card.json")
-    assert len(parsed.description) == a2a_client.MAX_DESCRIPTION
+    parsed = agent_card.parse_card(card, "http://a.test/card.json")
+    assert len(parsed.description) == agent_card.MAX_DESCRIPTION
     assert parsed.skills[0] == {"name": "only-id", "description": "", "tags": []}
     assert parsed.skills[1] == {"name": "Bold", "description": "", "tags": ["t", "y" * 59 + "…"]}
-    assert len(parsed.skills) == a2a_client.MAX_SKILLS - 1  # the first entry was no skill
+    assert len(parsed.skills) == agent_card.MAX_SKILLS - 1  # the first entry was no skill
     for hostile in ({"skills": "x"}, {"skills": None}, {"description": 5}):
-        parsed = a2a_client.parse_card({**card, **hostile}, "http://a.test/card.json")
+        parsed = agent_card.parse_card({**card, **hostile}, "http://a.test/card.json")
         assert isinstance(parsed.skills, list) and isinstance(parsed.description, str)
 
 

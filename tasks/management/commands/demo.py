@@ -27,7 +27,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.answering import a2a_client, agents
+from tasks.answering import a2a_client, agent_card, agents
 from tasks.models import Agent
 from tasks.models.notify import NotificationChannel
 from tasks.notify import channels
@@ -125,7 +125,7 @@ class Command(BaseCommand):
         )
 
     def _start_agent(self, port: int, children: list[subprocess.Popen], log: Path) -> Agent:
-        card_url = f"http://127.0.0.1:{port}{a2a_client.CARD_PATH}"
+        card_url = f"http://127.0.0.1:{port}{agent_card.CARD_PATH}"
         agent = Agent.objects.filter(card_url=card_url).first()
         secret = agent.signing_secret if agent else agents.new_signing_secret()
         process = _start([sys.executable, "-m", "demo.agent", "--port", str(port),
