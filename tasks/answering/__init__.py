@@ -1,5 +1,6 @@
 """Calls out to agents: answers to what they ask (answers), dismissing what they forgot
-(dismissals), messages, new sessions and cancels (talking), and the refusals these share
-(refusals); reading agent cards and calling agents over A2A (agent_card, a2a_client,
-agent_http); registering, refreshing and following agents (agents, sync, following).
+(dismissals), messages, new sessions and cancels (talking), and the rules these share (who
+may act, and why an action is refused: rules); reading agent cards and calling agents over
+A2A (agent_card, a2a_client, agent_http); registering, refreshing and following agents
+(agents, sync, following).
 """

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks.answering import a2a_client
-from tasks.answering.refusals import (
+from tasks.answering.rules import (
     TASK_NOT_FOUND,
     AgentFailed,
     AlreadyAnswered,

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tasks.answering import a2a_client
 from tasks.answering.answers import apply_reply, changing, reread
-from tasks.answering.refusals import (
+from tasks.answering.rules import (
     TASK_NOT_FOUND,
     AgentFailed,
     AlreadyAnswered,

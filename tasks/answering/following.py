@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from tasks.answering import a2a_client, agents, sync
-from tasks.answering.refusals import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
+from tasks.answering.rules import (
+    TASK_NOT_FOUND,
+    AgentFailed,
+    AnswerError,
+    NotAllowed,
+    NotFound,
+    may_answer,
+)
 from tasks.models import Agent, PushEndpoint, Session
 from tasks.pushes import fetched
 from tasks.wire import protocol
@@ -26,7 +33,6 @@ log = logging.getLogger(__name__)
 
 MAX_TASK_ID = 200  # what Task.task_id and PushEndpoint.task_id hold
 MAX_SAID = 500  # characters of the agent's errors put in a page message
-TASK_NOT_FOUND = -32001
 PUSH_NOT_SUPPORTED = -32003
 _ENDPOINT_IN_URL = re.compile(r"/a2a/push/([^/?#]+)/?$")
 

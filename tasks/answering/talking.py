@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce
 
 from tasks.answering import a2a_client, agents
 from tasks.answering.answers import Decision, answer, apply_reply, parse_decision
-from tasks.answering.refusals import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
+from tasks.answering.rules import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
 from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, Task, TaskState
 from tasks.wire import message_parts, protocol
 

@@ -15,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from tasks.answering import refusals
+from tasks.answering import rules
 from tasks.models import Artifact, Interaction, Session
 from tasks.sessions import activity, board, listing, search, timeline
 from tasks.sessions.progress_card import strip_invisible
@@ -203,7 +203,7 @@ def waiting(request: HttpRequest) -> JsonResponse:
     interaction being answered, sent, answered or closed waits for nobody. A few queries
     however many there are: one for the rows (their session and agent joined), and the
     permission check's own."""
-    if not refusals.may_answer(request.user):
+    if not rules.may_answer(request.user):
         return JsonResponse({"interactions": []})
     rows = (
         Interaction.objects.filter(

@@ -63,7 +63,7 @@ class InteractionQuerySet(models.QuerySet):
     def reopen(
         self, interaction: Interaction, *, asked_at: datetime | None, asked_message_id: str
     ) -> bool:
-        """The agent asks it anew (ingest decides that a status does): a new round, open and
+        """The agent asks it anew (the applier decides that a status does): a new round, open and
         free of the last round's decision, so the new answer is a new message. One still
         open keeps its round and only remembers the latest asking. True for a new round."""
         asking = {"asked_at": asked_at, "asked_message_id": asked_message_id}
@@ -184,7 +184,7 @@ class Interaction(models.Model):
 
     Its state changes only through the transitions of `Interaction.objects`, each a
     conditional UPDATE guarded by the states it leaves and by its round, so a late writer
-    never touches a newer round. pushes/ingest.py, the agent's side, makes these:
+    never touches a newer round. pushes/apply/, the agent's side, makes these:
       open     the agent asks it: created open (closed, if the asking status is history);
       reopen   the agent asks it anew, after any state but open: a new round, open again,
                free of the last round's decision;

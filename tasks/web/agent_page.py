@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks.answering import agents, following, refusals
+from tasks.answering import agents, following, rules
 from tasks.models import Agent, Delivery, PushEndpoint, Refusal
 from tasks.sessions import board
 from tasks.wire import tiers
@@ -77,7 +77,7 @@ def _context(request: HttpRequest, agent: Agent) -> dict:
         "sessions": list(sessions[:SESSIONS_SHOWN]),
         "sessions_total": sessions.count(),
         "followed": list(followed.order_by("-created_at")[:FOLLOWED_SHOWN]),
-        "may_act": refusals.may_answer(request.user),
+        "may_act": rules.may_answer(request.user),
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
     }
@@ -95,13 +95,13 @@ def _acted(request: HttpRequest, agent_id: int, act) -> HttpResponse:
     try:
         agent = following.acting_on(request.user, agent_id)
         ok, text = act(agent)
-    except refusals.NotFound as error:
+    except rules.NotFound as error:
         raise Http404(str(error)) from None
-    except refusals.NotAllowed as error:
+    except rules.NotAllowed as error:
         messages.error(request, str(error))
         agent = _visible(request, agent_id)
         return render(request, "tasks/agent.html", _context(request, agent), status=403)
-    except refusals.AnswerError as error:
+    except rules.AnswerError as error:
         messages.error(request, str(error))
         return redirect("agent", agent_id)
     (messages.success if ok else messages.error)(request, text)

@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from tasks.answering import refusals
+from tasks.answering import rules
 from tasks.models import Agent
 from tasks.notify import seen
 
@@ -49,7 +49,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     context = {
         "all_teams": user.is_superuser,
         "teams": [] if user.is_superuser else list(user.groups.order_by("name")),
-        "may_answer": refusals.may_answer(user),
+        "may_answer": rules.may_answer(user),
         "agent_groups": groups,
         "agents_total": total,
         "agents_named": sum(len(g.agents) for g in groups),

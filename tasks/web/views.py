@@ -29,7 +29,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks.answering import answers, dismissals, refusals, talking
+from tasks.answering import answers, dismissals, rules, talking
 from tasks.api.sessions import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState, states
 from tasks.notify import seen
@@ -380,7 +380,7 @@ def question_text(request: HttpRequest, interaction_id: int) -> HttpResponse:
     """One question (its prompt and detail) in full: where its "show all" leads."""
     try:
         question = answers.visible(request.user, interaction_id)
-    except refusals.NotFound as error:
+    except rules.NotFound as error:
         raise Http404(str(error)) from None
     return _plain_text(activity.question_text(question))
 
@@ -398,11 +398,11 @@ def _wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
-def _refused(request: HttpRequest, error: refusals.AnswerError, session_id: int) -> HttpResponse:
+def _refused(request: HttpRequest, error: rules.AnswerError, session_id: int) -> HttpResponse:
     if _wants_json(request):
         body = {"error": type(error).__name__, "detail": str(error)}
         return JsonResponse(body, status=error.status)
-    if isinstance(error, refusals.NotFound):
+    if isinstance(error, rules.NotFound):
         raise Http404(str(error))
     messages.error(request, str(error))
     return redirect("session", session_id)
@@ -413,7 +413,7 @@ def _acted(request: HttpRequest, session_id: int, act) -> HttpResponse:
     session with a message for a plain form post. Refusals say what was wrong."""
     try:
         state, detail = act()
-    except refusals.AnswerError as error:
+    except rules.AnswerError as error:
         return _refused(request, error, session_id)
     if _wants_json(request):
         return JsonResponse({"state": state, "detail": detail})
@@ -428,7 +428,7 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
     checked in answers.answer, on every post."""
     try:
         interaction = answers.visible(request.user, interaction_id)
-    except refusals.NotFound as error:
+    except rules.NotFound as error:
         return _refused(request, error, 0)
 
     def act():
@@ -447,7 +447,7 @@ def dismiss_interaction(request: HttpRequest, interaction_id: int) -> HttpRespon
     dismissals.dismiss, on every post."""
     try:
         interaction = answers.visible(request.user, interaction_id)
-    except refusals.NotFound as error:
+    except rules.NotFound as error:
         return _refused(request, error, 0)
 
     def act():
@@ -476,11 +476,11 @@ def start_session(request: HttpRequest) -> HttpResponse:
     agent = whole_number(request.POST.get("agent", ""))
     try:
         if agent is None:
-            raise refusals.AnswerError("agent must be the id of an agent")
+            raise rules.AnswerError("agent must be the id of an agent")
         composed = talking.parse_message(request.POST)
         session = talking.start_session(request.user, agent, composed)
-    except refusals.AnswerError as error:
-        if _wants_json(request) or isinstance(error, refusals.NotFound):
+    except rules.AnswerError as error:
+        if _wants_json(request) or isinstance(error, rules.NotFound):
             return _refused(request, error, 0)
         messages.error(request, str(error))
         return redirect("overview")
@@ -507,7 +507,7 @@ def cancel_task(request: HttpRequest, session_id: int) -> HttpResponse:
 
     def act():
         if request.POST.get("confirm") != "yes":
-            raise refusals.AnswerError(CANCEL_UNCONFIRMED)
+            raise rules.AnswerError(CANCEL_UNCONFIRMED)
         return "sent", talking.cancel(request.user, session_id, request.POST.get("task_id", ""))
 
     return _acted(request, session_id, act)

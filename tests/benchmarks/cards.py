@@ -250,7 +250,7 @@ def _log(message: str) -> None:
 def measure_render(label: str, count: int, seconds: float) -> dict:
     """`render` without its cache, on a new serial each time; then the same notes stage by
     stage (markdown-it, the raw-text regex, bleach) to show where the time goes."""
-    from tasks.sessions import progress_card
+    from tasks.sessions import progress_card, raw_html
 
     notes = [build_note(label, serial) for serial in range(1, count + WARMUP_RENDERS + 1)]
     for note in notes[:WARMUP_RENDERS]:
@@ -263,7 +263,7 @@ def measure_render(label: str, count: int, seconds: float) -> dict:
         started = time.perf_counter()
         html = progress_card._markdown.render(note)
         parsed = time.perf_counter()
-        html = progress_card._RAW_TEXT.sub("", html)
+        html = raw_html.drop_code_elements(html)
         stripped = time.perf_counter()
         html = progress_card._cleaner.clean(html).strip()
         cleaned = time.perf_counter()

@@ -26,7 +26,7 @@ from django.utils import timezone
 from starlette.applications import Starlette
 
 from tasks.answering import agent_card, agents, following
-from tasks.answering.refusals import AnswerError
+from tasks.answering.rules import AnswerError
 from tasks.models import Agent, Delivery, PushEndpoint, Session, Task
 from tasks.sessions import fragments
 from tests.answering.test_a2a_peer import onlooker, wait_for  # noqa: F401 - fixtures
