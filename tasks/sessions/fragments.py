@@ -262,7 +262,7 @@ def _render(changed: list[Changed]) -> list[Rendered]:
 _STORED_FIELDS = ["version", "revision", *PARTIALS]
 
 
-def _view(one: Rendered) -> SessionFragments:
+def _stored_row(one: Rendered) -> SessionFragments:
     revision = one.card.revision if one.card else 0
     return SessionFragments(session=one.session, version=version(), revision=revision, **one.html)
 
@@ -274,13 +274,13 @@ def _upsert(rendered: list[Rendered]) -> list[Rendered]:
     their row locks (or, storing after commit, SQLite's one write lock or the unique
     session), so a second INSERT fails rather than duplicates."""
     if len(rendered) == 1:
-        view = _view(rendered[0])
-        fields = {name: getattr(view, name) for name in _STORED_FIELDS}
-        if not SessionFragments.objects.filter(session=view.session).update(**fields):
-            view.save(force_insert=True)
+        row = _stored_row(rendered[0])
+        fields = {name: getattr(row, name) for name in _STORED_FIELDS}
+        if not SessionFragments.objects.filter(session=row.session).update(**fields):
+            row.save(force_insert=True)
         return rendered
     SessionFragments.objects.bulk_create(
-        [_view(one) for one in rendered],
+        [_stored_row(one) for one in rendered],
         update_conflicts=True,
         unique_fields=["session"],
         update_fields=_STORED_FIELDS,
