@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import zlib
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from tests.peers.misbehaving_agent import RPC_PATH, Received
+from tests.peers.misbehaving_agent import LoopbackAgent, Received
 
 MB = 1024 * 1024
 CARD_PATH = "/.well-known/agent-card.json"
@@ -42,24 +41,11 @@ RESULTS: dict[str, object] = {
 Reply = Callable[["_Handler", Received], None]
 
 
-class HostileAgent:
+class HostileAgent(LoopbackAgent):
     def __init__(self) -> None:
-        self.requests: list[Received] = []
         self.bytes_sent: list[int] = []  # per reply: how much of it went out
         self._replies: dict[str, Reply] = {"GET": _whole, "POST": _whole}
-        self.closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.owner = self  # type: ignore[attr-defined]
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def rpc_url(self) -> str:
-        return self.base_url + RPC_PATH
+        super().__init__(_Handler)
 
     @property
     def card_url(self) -> str:
@@ -100,26 +86,6 @@ class HostileAgent:
         self._replies[method] = lambda handler, received: handler.trickle(
             received, every=every, slow=slow, head=head
         )
-
-    def calls(self, method: str) -> list[dict]:
-        """The params of every JSON-RPC call of `method` received so far."""
-        return [
-            r.json()["params"]
-            for r in self.requests
-            if r.method == "POST" and r.json().get("method") == method
-        ]
-
-    def close(self) -> None:
-        self.closing.set()  # releases handlers waiting between trickled bytes
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> HostileAgent:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 RPC_PATH = "/a2a/jsonrpc"
 # A SendMessage answer: the task the message went to.
@@ -47,14 +48,18 @@ class Answer:
 class _Server(ThreadingHTTPServer):
     # socketserver's default backlog of 5 drops connections when many threads connect at once.
     request_queue_size = 128
+    daemon_threads = True
 
 
-class MisbehavingAgent:
-    def __init__(self) -> None:
+class LoopbackAgent:
+    """An HTTP agent on a loopback port and a thread of its own, serving `handler` (which
+    finds this object as `self.server.owner`): what it received, the JSON-RPC calls among it,
+    and a close that releases handlers waiting on `closing`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self.requests: list[Received] = []
-        self._answer: Answer | Callable[[Received], Answer] = Answer()
-        self._closing = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self.closing = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.owner = self  # type: ignore[attr-defined]
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(
@@ -65,6 +70,32 @@ class MisbehavingAgent:
     @property
     def rpc_url(self) -> str:
         return self.base_url + RPC_PATH
+
+    def calls(self, method: str) -> list[dict]:
+        """The params of every JSON-RPC call of `method` received so far."""
+        return [
+            r.json()["params"]
+            for r in self.requests
+            if r.method == "POST" and r.json().get("method") == method
+        ]
+
+    def close(self) -> None:
+        self.closing.set()  # releases handlers still sleeping on a slow answer
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class MisbehavingAgent(LoopbackAgent):
+    def __init__(self) -> None:
+        self._answer: Answer | Callable[[Received], Answer] = Answer()
+        super().__init__(_Handler)
 
     def answer(
         self,
@@ -105,26 +136,6 @@ class MisbehavingAgent:
     def rpc_result(self, result: object) -> None:
         self.answer({"jsonrpc": "2.0", "result": result})
 
-    def calls(self, method: str) -> list[dict]:
-        """The params of every JSON-RPC call of `method` received so far."""
-        return [
-            r.json()["params"]
-            for r in self.requests
-            if r.method == "POST" and r.json().get("method") == method
-        ]
-
-    def close(self) -> None:
-        self._closing.set()  # releases handlers still sleeping on a slow answer
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> MisbehavingAgent:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so a test can see connections being reused
@@ -147,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         owner.requests.append(received)
         answer = owner._answer(received) if callable(owner._answer) else owner._answer
-        if answer.delay and owner._closing.wait(answer.delay):
+        if answer.delay and owner.closing.wait(answer.delay):
             return
         if answer.drop:
             self.close_connection = True
