@@ -654,7 +654,7 @@ def test_the_applier_replaces_its_connection_once_the_server_has_ended_it(applyi
     # applier's, and those idle in the pool.
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
         (ended,) = cursor.fetchone()

@@ -246,7 +246,9 @@ def test_after_its_database_connection_breaks_a_push_is_refused_once_and_then_ke
         (pid,) = cursor.fetchone()
     # The server ends the receiver's connection (a restart, an idle timeout, an operator).
     with psycopg.connect(**connection.get_connection_params() | {"autocommit": True}) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # Waits for the backend to have ended (the signal alone does not): on a loaded
+        # machine the next push could run on the connection before it died.
+        other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
 
     first, second = signed_push(registered, 2), signed_push(registered, 3)
 

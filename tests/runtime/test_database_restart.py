@@ -30,7 +30,9 @@ def end_every_connection() -> int:
     params = connection.get_connection_params() | {"autocommit": True}
     with psycopg.connect(**params) as other:
         (ended,) = other.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            # With a timeout it waits for each backend to have ended (the signal alone does
+            # not): the test then meets dead connections, not ones about to die.
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()
     return ended
