@@ -4,6 +4,7 @@ the database to time out once it is known to be away."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 
@@ -15,6 +16,8 @@ from django.utils.decorators import sync_and_async_middleware
 from django.views.defaults import server_error as django_server_error
 
 from tasks.runtime import outage
+
+log = logging.getLogger(__name__)
 
 DETAIL = "Onlooker cannot reach its database right now; try again in a few seconds"
 # Answers for itself, saying which part is down: a load balancer asks it to know.
@@ -97,9 +100,10 @@ class SocketsWhileDatabaseAway:
         try:
             await self.app(scope, receive, watched_send)
         except DatabaseError as error:
-            # Finding out may take a connection attempt: not on the event loop.
+            # Finding out may take a connection attempt: not on the event loop. Either way
+            # the page is told to try again (a restart's dead connection is gone by then).
             if not await sync_to_async(outage.noticed, thread_sensitive=False)(error):
-                raise
+                log.warning("a live socket's handshake met a database error: %s", error)
             if not accepted:
                 await _try_again_later(send)
 
