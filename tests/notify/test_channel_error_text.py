@@ -12,10 +12,8 @@ import html
 import importlib
 import logging
 import uuid
-from datetime import UTC, datetime
 
 import pytest
-import time_machine
 from django.apps import apps
 from django.test import Client
 
@@ -25,17 +23,11 @@ from tasks.notify import sender
 from tasks.notify.channels import add
 from tests.builders import approval, status
 from tests.conftest import make_agent, member, push
+from tests.notify.conftest import T0
 from tests.peers.misbehaving_agent import MisbehavingAgent
 from tests.processes import free_port
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)  # the builders' noon: pushes are at +1 s
 INTERNAL_PAGE = b"<h1>Grafana admin</h1><p>api key: sk-internal-7731</p>"
-
-
-@pytest.fixture
-def clock():
-    with time_machine.travel(T0, tick=True) as traveller:
-        yield traveller
 
 
 @pytest.fixture

@@ -19,11 +19,9 @@ import socket
 import ssl
 import threading
 import uuid
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import time_machine
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -37,22 +35,6 @@ from tasks.notify import sender, sending, targets
 from tasks.notify.channels import add
 from tests.builders import approval, status
 from tests.conftest import make_agent, push
-from tests.peers.misbehaving_agent import MisbehavingAgent
-
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)  # the builders' noon: pushes are at +1 s
-
-
-@pytest.fixture
-def clock():
-    with time_machine.travel(T0, tick=True) as traveller:
-        yield traveller
-
-
-@pytest.fixture
-def receiver():
-    with MisbehavingAgent() as peer:
-        peer.answer(b"ok", content_type="text/plain")
-        yield peer
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import time_machine
 from django.core import mail
 from django.core.management import call_command
 from django.db import connections
@@ -41,16 +40,9 @@ from tests.processes import ROOT, clean_environment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)  # the builders' noon: pushes are at +1 s
 PROMPT = "Delete 3 old builds?"
 DETAIL = {"builds": ["b-17", "b-18", "b-19"], "older than": "30 days"}
 URL = "http://127.0.0.1:8000/sessions/{}/"  # ONLOOKER_PUBLIC_URL's default
-
-
-@pytest.fixture
-def clock():
-    with time_machine.travel(T0, tick=True) as traveller:
-        yield traveller
 
 
 @pytest.fixture
@@ -68,13 +60,6 @@ def bot(ops, agent_stub):
     registered.agent.extensions = list(profile.EXTENSIONS)
     registered.agent.save()
     return registered
-
-
-@pytest.fixture
-def receiver():
-    with MisbehavingAgent() as peer:
-        peer.answer(b"ok", content_type="text/plain")
-        yield peer
 
 
 @pytest.fixture

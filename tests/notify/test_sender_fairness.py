@@ -18,10 +18,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
 
 import pytest
-import time_machine
 from django.contrib.auth.models import Group
 from django.db import connections
 from django.test import Client
@@ -35,17 +33,10 @@ from tests.peers.misbehaving_agent import MisbehavingAgent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)  # the builders' noon: pushes are at +1 s
 HANGING = 10
 READ_TIMEOUT = 3.0
 # B's event must arrive well within A's timeout: it never waits for one of A's workers.
 PROMPTLY = 1.5
-
-
-@pytest.fixture
-def clock():
-    with time_machine.travel(T0, tick=True) as traveller:
-        yield traveller
 
 
 @pytest.fixture
