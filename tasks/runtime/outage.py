@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 
-from django.db import DatabaseError, connections
+from django.db import InterfaceError, OperationalError, connections
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,9 @@ def noticed(error: BaseException) -> bool:
     """Call with the exception a unit of work failed with: True when it means the database
     cannot be reached (it is then away until a probe gets through). Any other error, a
     deadlock or a bad query, is the caller's to report as it would have."""
-    if not isinstance(error, DatabaseError) or not _pooled():
+    # Only these can mean the server is gone: an integrity or programming error came from a
+    # server that answered, and needs no connection attempt to say so.
+    if not isinstance(error, OperationalError | InterfaceError) or not _pooled():
         return False
     if is_away():
         return True
