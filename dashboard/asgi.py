@@ -1,6 +1,8 @@
 """ASGI entry point: pushes answered by `PushReceiver` and applied by this process's applier
 (tasks/pushes/applier.py: a process beside it by default, or a thread), team notifications sent by
-its sender thread (tasks/notify/sender.py), static files served by the app itself (one
+its sender thread (tasks/notify/sender.py), questions past their agent's expiry by its
+expirer thread (tasks/answering/expiry.py), push configs of ended tasks deleted by its
+config ender (tasks/answering/push_configs.py), static files served by the app itself (one
 process to run, nothing to collect), other HTTP through Django, and the live socket at
 /ws/live/ behind session authentication and an exact origin check (tasks/live/origins.py)."""
 
@@ -19,6 +21,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from tasks.answering import expiry, held, push_configs  # noqa: E402
 from tasks.live.consumers import LiveConsumer  # noqa: E402
 from tasks.live.origins import ExactOriginValidator  # noqa: E402
 from tasks.notify import sender  # noqa: E402
@@ -48,6 +51,12 @@ if _soft != resource.RLIM_INFINITY and _hard != resource.RLIM_INFINITY and _hard
 applier.start()
 # And its notification sender, which sends team channels what the outbox holds.
 sender.start()
+# And its expirer: questions open longer than their agent's declared expiry.
+expiry.start()
+# And its sender of held answers: page answers whose Undo time has passed.
+held.start()
+# And its config ender: push configs of ended tasks deleted at their agents.
+push_configs.start()
 
 # What starting made (Django, the apps, URL patterns) lives as long as the process. Out of the
 # collector's sight, a full collection scans only what came since: it stalls the event loop

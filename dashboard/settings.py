@@ -101,13 +101,88 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 
+
+def _credential_keys() -> list[str]:
+    """Fernet keys for the credentials kept at rest (tasks/models/sealed.py), newest first:
+    ONLOOKER_CREDENTIAL_KEYS, comma-separated. The embedded default generates one into the
+    data folder (mode 0600) the first time; a deployment with DATABASE_URL must configure
+    them, as every process and machine must share them."""
+    configured = env_list("ONLOOKER_CREDENTIAL_KEYS", [])
+    if configured:
+        return _checked_keys(configured, "ONLOOKER_CREDENTIAL_KEYS")
+    if DATABASE_URL:
+        raise ImproperlyConfigured(
+            "ONLOOKER_CREDENTIAL_KEYS is not set, and a deployment with DATABASE_URL must set "
+            "it: Onlooker keeps agents' and people's credentials encrypted with it "
+            '(python -c "from cryptography.fernet import Fernet; '
+            'print(Fernet.generate_key().decode())").'
+        )
+    key_file = DATA_DIR / "credential_keys"
+    kept = _kept_keys(key_file)
+    if kept:
+        return kept
+    from cryptography.fernet import Fernet
+
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    key = Fernet.generate_key().decode()
+    temporary = DATA_DIR / f".credential_keys.{os.getpid()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(key)
+    # Linked, not renamed over: two processes starting at once (a server and its applier)
+    # must not each seal with a key of their own, one of them then lost. The first link
+    # wins; the other process reads the winner's key.
+    try:
+        os.link(temporary, key_file)
+    except FileExistsError:
+        kept = _kept_keys(key_file)
+        if kept:
+            os.unlink(temporary)
+            return kept
+        os.replace(temporary, key_file)  # an empty file: nothing was ever sealed with it
+    except OSError:
+        os.replace(temporary, key_file)  # a file system without hard links
+    else:
+        os.unlink(temporary)
+    return [key]
+
+
+def _kept_keys(key_file: Path) -> list[str]:
+    if not key_file.exists():
+        return []
+    keys = [k.strip() for k in key_file.read_text().split(",") if k.strip()]
+    return _checked_keys(keys, str(key_file)) if keys else []
+
+
+def _checked_keys(keys: list[str], where: str) -> list[str]:
+    from cryptography.fernet import Fernet
+
+    for key in keys:
+        try:
+            Fernet(key)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{where} holds a value that is not a Fernet key (32 url-safe base64-encoded "
+                'bytes; python -c "from cryptography.fernet import Fernet; '
+                'print(Fernet.generate_key().decode())" makes one)'
+            ) from None
+    return keys
+
+
+ONLOOKER_CREDENTIAL_KEYS = _credential_keys()
+
 ONLOOKER_PUBLIC_URL = env_url("ONLOOKER_PUBLIC_URL", "http://127.0.0.1:8000")
 ONLOOKER_MAX_PUSH_BYTES = env_int("ONLOOKER_MAX_PUSH_BYTES", 1024 * 1024)
 # Every call to an agent (JSON-RPC, card fetch) ends within this many seconds, connecting,
 # sending and reading the whole reply: a person's Approve waits at most this long.
+# Seconds a page's answer waits on the server for Undo before it goes; 0 sends at once.
+ONLOOKER_UNDO_SECONDS = env_int("ONLOOKER_UNDO_SECONDS", 5, minimum=0)
 ONLOOKER_AGENT_CALL_SECONDS = env_int("ONLOOKER_AGENT_CALL_SECONDS", 15)
 # The largest JSON-RPC reply read from an agent, decompressed (a task with its history).
 ONLOOKER_AGENT_REPLY_BYTES = env_int("ONLOOKER_AGENT_REPLY_BYTES", 4 * 1024 * 1024)
+# A task's own push token keeps working this long after the task ended (late and retried
+# pushes still arrive), then it is refused (answering/push_configs.py).
+ONLOOKER_PUSH_TOKEN_GRACE_SECONDS = env_int("ONLOOKER_PUSH_TOKEN_GRACE_SECONDS", 15 * 60)
 # How long a process keeps a push endpoint and its agent (credentials, team) in memory: a
 # deactivated endpoint or a changed secret takes effect within this many seconds everywhere.
 ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, minimum=0)
@@ -424,6 +499,9 @@ LOGGING = {
         # Django prints server errors to the console only in DEBUG: with DEBUG off, a 500's
         # traceback would otherwise go nowhere (ADMINS is empty).
         "django": {"level": "INFO"},
+        # httpx logs every request's whole URL at INFO: a Slack webhook's or response URL's
+        # path is a credential, and must not reach the log whatever the root level is.
+        "httpx": {"level": "WARNING"},
     },
 }
 

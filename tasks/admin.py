@@ -1,6 +1,7 @@
 """Admin: register agents (secrets shown once), rotate signing secrets, see refusals and
 the delivery log; team notification channels and their outbox are in tasks/notify/admin.py.
-Secret fields are never rendered."""
+Secret fields are never rendered: the OAuth client secret is typed (or removed), never shown
+back. An agent's page lists its live push configurations (answering/push_configs.live)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from django.contrib.auth.models import Group
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 
-from tasks.answering import agents
+from tasks.answering import agent_policy, agents, push_configs
 from tasks.models import (
     Agent,
     Artifact,
@@ -25,6 +27,15 @@ from tasks.models import (
     Task,
 )
 from tasks.pushes import applier
+
+MAX_CLIENT_ID, MAX_CLIENT_SECRET = 200, 4096
+OAUTH_CLIENT_HELP = (
+    "For a card that declares an OAuth 2.0 authorization code flow: the client registered "
+    "at the agent's authorization server, its redirect URI Onlooker's /oauth/callback/. "
+    "People then Connect on their settings page."
+)
+BOTH_SECRETS = "Set a new OAuth client secret, or remove it: not both."
+LIVE_CONFIGS_SHOWN = 50  # the newest; the rest are counted
 
 
 class RegisterAgentForm(forms.Form):
@@ -50,6 +61,99 @@ class RegisterAgentForm(forms.Form):
             "the card's host may send it to another host or port."
         ),
     )
+    per_person = forms.BooleanField(
+        label="Per-person credentials",
+        required=False,
+        help_text="Answers, messages and cancels need the person's own credential",
+    )
+    oauth_client_id = forms.CharField(
+        label="OAuth client id",
+        required=False,
+        max_length=MAX_CLIENT_ID,
+        help_text=OAUTH_CLIENT_HELP,
+    )
+    oauth_client_secret = forms.CharField(
+        label="OAuth client secret",
+        required=False,
+        max_length=MAX_CLIENT_SECRET,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="That client's secret (never shown back)",
+    )
+
+
+class AgentForm(forms.ModelForm):
+    """The agent as the admin changes it: its expiry written as the commands take it
+    ("4h", "30m", "1d2h"), checked the same way (1 minute to 30 days; empty for none); its
+    OAuth client, whose secret is write-only (typed to replace it, or removed)."""
+
+    expire_after = forms.CharField(
+        required=False,
+        help_text="A question still open this long expires, e.g. 4h, 30m, 1d2h; empty: none",
+    )
+    # Not the model field's name: the admin would copy an empty one onto the agent.
+    new_oauth_client_secret = forms.CharField(
+        required=False,
+        max_length=MAX_CLIENT_SECRET,
+        label="New OAuth client secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Never shown back. Leave empty to keep the one set.",
+    )
+    remove_oauth_client_secret = forms.BooleanField(
+        required=False,
+        label="Remove the OAuth client secret",
+        help_text="Connect then goes to the authorization server without a client secret.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = (
+            "name",
+            "team",
+            "expire_after",
+            "on_expiry",
+            "no_self_approval",
+            "per_person",
+            "oauth_client_id",
+        )
+        help_texts = {"oauth_client_id": OAUTH_CLIENT_HELP}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["on_expiry"].required = False
+        if self.instance.pk is not None:
+            self.initial["expire_after"] = agent_policy.compact(self.instance.expire_after) or ""
+
+    def clean(self):
+        data = super().clean()
+        secret = (data.get("new_oauth_client_secret") or "").strip()
+        if data.get("remove_oauth_client_secret"):
+            if secret:
+                raise forms.ValidationError(BOTH_SECRETS)
+            self.instance.oauth_client_secret = ""
+        elif secret:
+            if any(c.isspace() or not c.isprintable() for c in secret):
+                self.add_error("new_oauth_client_secret", "A client secret has no spaces.")
+            else:
+                self.instance.oauth_client_secret = secret
+        client_id = (data.get("oauth_client_id") or "").strip()
+        if "oauth_client_id" in data:
+            data["oauth_client_id"] = client_id
+        if self.instance.oauth_client_secret and not client_id and not self.errors:
+            raise forms.ValidationError("An OAuth client secret needs its client id.")
+        return data
+
+    def clean_on_expiry(self) -> str:
+        # A form that does not show it (an older page, a script) leaves it as it is.
+        return self.cleaned_data.get("on_expiry") or self.instance.on_expiry
+
+    def clean_expire_after(self):
+        text = self.cleaned_data["expire_after"].strip()
+        if not text:
+            return None
+        try:
+            return agent_policy.parse_expiry(text)
+        except agent_policy.PolicyError as error:
+            raise forms.ValidationError(str(error)) from None
 
 
 class RefusalInline(admin.TabularInline):
@@ -99,7 +203,18 @@ class AgentAdmin(admin.ModelAdmin):
         "signs_pushes",
         "card_fetched_at",
         "last_error",
+        "expire_after",
+        "on_expiry",
+        "no_self_approval",
+        "per_person",
+        "auth_scheme_shown",
+        "oauth_client_id",
+        "oauth_client_secret_set",
+        "new_oauth_client_secret",
+        "remove_oauth_client_secret",
+        "live_push_configs",
     )
+    form = AgentForm
     readonly_fields = (
         "card_url",
         "rpc_url",
@@ -112,6 +227,9 @@ class AgentAdmin(admin.ModelAdmin):
         "signs_pushes",
         "card_fetched_at",
         "last_error",
+        "auth_scheme_shown",
+        "oauth_client_secret_set",
+        "live_push_configs",
     )
     inlines = (PushEndpointInline, RefusalInline)
     actions = (
@@ -127,6 +245,57 @@ class AgentAdmin(admin.ModelAdmin):
             return agent.tier
         when = date_format(timezone.localtime(agent.extensions_echoed_at), "DATETIME_FORMAT")
         return f"{agent.tier} (echoed {when})"
+
+    @admin.display(description="how callers authenticate (from its card)")
+    def auth_scheme_shown(self, agent: Agent) -> str:
+        scheme = agent.auth_scheme or {}
+        if scheme.get("kind") == "api_key":
+            return f"API key in the {scheme.get('header')} header"
+        if scheme.get("kind") == "oauth2":
+            scopes = " ".join(scheme.get("scopes") or []) or "none"
+            revokes = (
+                "revokes at " + scheme["revocation_url"]
+                if scheme.get("revocation_url")
+                else "no revocation URL"
+            )
+            token_url = scheme.get("token_url")
+            return f"OAuth 2.0 authorization code at {token_url} (scopes: {scopes}; {revokes})"
+        return "HTTP bearer"
+
+    @admin.display(description="OAuth client secret")
+    def oauth_client_secret_set(self, agent: Agent) -> str:
+        return "set (never shown)" if agent.oauth_client_secret else "none"
+
+    @admin.display(description="live push configurations")
+    def live_push_configs(self, agent: Agent) -> str:
+        if agent.pk is None:
+            return "—"
+        live = push_configs.live(agent)
+        if not live:
+            return "none"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    endpoint.task_id or "— (the agent's own)",
+                    "yes" if endpoint.followed else "no",
+                    endpoint.created_for.get_username() if endpoint.created_for else "shared",
+                    _when(endpoint.created_at),
+                    _when(endpoint.ended_at),
+                    push_configs.status(endpoint),
+                )
+                for endpoint in live[:LIVE_CONFIGS_SHOWN]
+            ),
+        )
+        more = len(live) - LIVE_CONFIGS_SHOWN
+        return format_html(
+            "<table data-live-push-configs><thead><tr><th>task id</th><th>followed</th>"
+            "<th>created for</th><th>created</th><th>ended</th><th>status</th></tr></thead>"
+            "<tbody>{}</tbody></table>{}",
+            rows,
+            f"… and {more} older" if more > 0 else "",
+        )
 
     @admin.display(description="signing secrets")
     def signs_pushes(self, agent: Agent) -> str:
@@ -161,6 +330,9 @@ class AgentAdmin(admin.ModelAdmin):
                     signing_secret=data["signing_secret"],
                     credential=data["credential"],
                     allow_other_rpc_origin=data["allow_other_rpc_origin"],
+                    per_person=data["per_person"],
+                    oauth_client_id=data["oauth_client_id"],
+                    oauth_client_secret=data["oauth_client_secret"],
                 )
             except agents.RegistrationError as error:
                 form.add_error(None, str(error))
@@ -221,6 +393,10 @@ class AgentAdmin(admin.ModelAdmin):
             agents.retire_previous_signing_secret(agent)
             self.log_change(request, agent, "Retired the previous signing secret")
         self.message_user(request, "Previous signing secrets retired.")
+
+
+def _when(at) -> str:
+    return date_format(timezone.localtime(at), "DATETIME_FORMAT") if at else "—"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -307,5 +483,7 @@ class CardAdmin(ReadOnlyAdmin):
     exclude = ("html",)  # the sanitized HTML is shown on the pages, not as admin text
 
 
-# Registers the team channels' and the outbox's admin (Django looks for admin.py in apps only).
+# Registers the admin of the record of decisions (read only), the team channels' and the
+# outbox's (Django looks for admin.py in apps only).
+from tasks.answering import record_admin as _record_admin  # noqa: E402, F401
 from tasks.notify import admin as _notify_admin  # noqa: E402, F401

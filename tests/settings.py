@@ -4,7 +4,12 @@ import os
 import tempfile
 
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
+# A fixed Fernet key, so servers a test starts read what the test process sealed.
+os.environ.setdefault("ONLOOKER_CREDENTIAL_KEYS", "3q2-7wbRJpDbAU1AnLZV0kEGrZbSSkNh0HxDYTCLC3I=")
 os.environ.setdefault("ONLOOKER_DATA_DIR", tempfile.mkdtemp(prefix="onlooker-test-"))
+# A page's answer goes at once, as tests that answer expect (servers tests start inherit it
+# from the environment); the Undo hold is tested with a hold of its own (test_held_answers).
+os.environ.setdefault("ONLOOKER_UNDO_SECONDS", "0")
 
 from dashboard.settings import *  # noqa: E402,F403
 

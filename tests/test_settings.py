@@ -18,6 +18,10 @@ from tests.processes import ROOT, clean_environment, free_port, start_daphne, wa
 SETUP = "import django; django.setup()"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 
+# In the long checks (-m slow; .ci/run runs them): each starts a process of its own, and the
+# default run must stay inside its time budget.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:

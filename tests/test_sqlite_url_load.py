@@ -38,6 +38,7 @@ django.setup()
 from django.core.management import call_command
 from tasks.answering.agents import new_api_token, new_endpoint, new_signing_secret
 from tasks.models import Agent, digest
+
 call_command("migrate", interactive=False, verbosity=0)
 secret, token = new_signing_secret(), new_api_token()
 agent = Agent.objects.create(
@@ -47,6 +48,10 @@ agent = Agent.objects.create(
 endpoint, _, _ = new_endpoint(agent)
 print(json.dumps({"path": f"/a2a/push/{endpoint.public_id}/", "secret": secret, "token": token}))
 """
+
+# In the long checks (-m slow; .ci/run runs them on the embedded default too): each starts
+# processes of its own, and the default run must stay inside its time budget.
+pytestmark = pytest.mark.slow
 
 
 def test_sqlite_database_url_gets_the_embedded_defaults_sqlite_settings(tmp_path):

@@ -3,7 +3,11 @@
 // done. Whether someone may act is decided by the server on every post; this only makes the
 // forms pleasant. Text from the server is inserted as text.
 //
-// The a/d keys (keys.js) submit these forms through the same submit event as a click.
+// The a/d keys (keys.js) submit these forms through the same submit event as a click; with
+// rows selected (x), they answer them all through `answerMany`. After an answer a toast says
+// what was sent, with Undo while the server holds it (toast.js, answering/held.py).
+
+import { toast } from "./toast.js";
 
 function post(form, data) {
   return fetch(form.action, {
@@ -61,6 +65,67 @@ function answered() {
   document.dispatchEvent(new CustomEvent("onlooker:answered"));
 }
 
+function token(form) {
+  return form?.querySelector("[name=csrfmiddlewaretoken]")?.value ?? "";
+}
+
+// Undo took: the list and the page show the question open again.
+function undone() {
+  answered();
+  document.dispatchEvent(new CustomEvent("onlooker:undone"));
+}
+
+function told(form, answer) {
+  const held = answer.undo ? [{ undo: answer.undo, seconds: answer.seconds }] : [];
+  toast(answer.toast || answer.detail, { held, token: token(form), undone });
+}
+
+// Several rows answered as one (keys.js, after its confirmation): each through the server's one
+// answer function; the toast says what went and which were not answered, and why.
+export async function answerMany(rows, decision, url) {
+  const form = rows[0]?.querySelector("[data-answer-form]") ?? document.querySelector("[data-answer-form]");
+  const data = new FormData();
+  data.append("csrfmiddlewaretoken", token(form));
+  data.append("decision", decision);
+  for (const row of rows) data.append("interaction", row.dataset.interaction);
+  let reply;
+  try {
+    const response = await fetch(url, {
+      method: "POST",
+      body: data,
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "X-CSRFToken": token(form) },
+    });
+    reply = await verdict(response);
+  } catch {
+    toast("Onlooker's reply did not arrive; some answers may have gone out. Reload to see.");
+    return;
+  }
+  const results = reply.results ?? [];
+  const done = results.filter((one) => one.ok);
+  const failed = results.filter((one) => !one.ok);
+  for (const one of done) {
+    const row = rows.find((candidate) => candidate.dataset.interaction === String(one.id));
+    if (row?.isConnected) leaveList(row, one.detail);
+  }
+  const verb = decision === "approve" ? "Approved" : "Denied";
+  let text = done.length === 1 ? done[0].toast : `${verb} ${done.length}: ${done.map((one) => one.toast.replace(/^[^:]*: /, "")).join("; ")}`;
+  if (!results.length) text = reply.detail || "Nothing was answered.";
+  else if (failed.length) {
+    const names = failed.map((one) => `${prompt(rows, one.id)} (${one.detail})`).join("; ");
+    text = `${done.length ? `${text}. ` : ""}Not answered: ${names}`;
+  }
+  const held = done.filter((one) => one.undo).map((one) => ({ undo: one.undo, seconds: one.seconds }));
+  toast(text, { held, token: token(form), undone });
+  answered();
+}
+
+function prompt(rows, id) {
+  const row = rows.find((candidate) => candidate.dataset.interaction === String(id));
+  const words = row?.querySelector("[id$='-prompt']")?.textContent.trim();
+  return words || `#${id}`;
+}
+
 async function submit(form, submitter) {
   const data = new FormData(form, submitter);
   const error = errorLine(form);
@@ -74,6 +139,7 @@ async function submit(form, submitter) {
     const answer = await verdict(response);
     sending(form, false);
     if (response.ok) {
+      told(form, answer);
       if (row) {
         leaveList(row, answer.detail);
         answered();
@@ -133,3 +199,14 @@ document.addEventListener("submit", (event) => {
   if (answerForm) submit(answerForm, event.submitter);
   else act(actionForm, event.submitter);
 });
+
+// A held answer listed on the page: "Sending in 4 s…", counted down from the server's time.
+function countDown() {
+  for (const line of document.querySelectorAll("[data-held-until]")) {
+    const left = Math.ceil((Date.parse(line.dataset.heldUntil) - Date.now()) / 1000);
+    const words = line.querySelector("[data-held-left]");
+    if (words) words.textContent = left > 0 ? `Sending in ${left} s…` : "Sending…";
+  }
+}
+countDown();
+setInterval(countDown, 1000);

@@ -18,3 +18,17 @@ function follow() {
 const main = document.querySelector(".session-main");
 if (main) new MutationObserver(follow).observe(main, { childList: true });
 follow();
+
+// The monitoring screen's "New session" (a <details>, which works without this): opening it
+// puts the cursor in its first message; Escape closes it and gives the focus back to its
+// button, as a menu would.
+const newSession = document.querySelector("[data-new-session]");
+newSession?.addEventListener("toggle", () => {
+  if (newSession.open) newSession.querySelector("textarea")?.focus();
+});
+newSession?.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || !newSession.open) return;
+  event.stopPropagation(); // keys.js would only take the cursor out of the field
+  newSession.open = false;
+  newSession.querySelector("summary")?.focus();
+});

@@ -1,10 +1,14 @@
 // Keys for people who keep a hand on the keyboard: j/k walk the waiting items and then the
-// sessions, a/d press the focused item's Approve/Deny button, Enter opens its session, / goes to
-// search, ? lists the keys. One keydown handler for the page.
+// sessions, a/d press the focused item's Approve/Deny button, x selects waiting items so a/d
+// answer them all (after one confirmation), r goes to the reason box, n to the next session
+// waiting for a person, Enter opens its session, / goes to search, ? lists the keys. One keydown
+// handler for the page.
 //
 // a and d press the button through form.requestSubmit(button): the same submit event a click
 // makes (answers.js posts it; the server decides, as for a click), after the same confirmation
 // the button asks for. Nothing happens while a person types in a field.
+
+import { answerMany } from "./answers.js";
 
 const WAITING = "[data-interaction]";
 const TILE = "[data-tile-session]";
@@ -13,6 +17,8 @@ const TYPING = "textarea, select, [contenteditable]:not([contenteditable='false'
 const NOT_TYPED = new Set(["checkbox", "radio", "button", "submit", "reset", "range", "color", "file", "image"]);
 
 const help = document.querySelector("[data-keys-help]");
+const confirmDialog = document.querySelector("[data-bulk-confirm]");
+const selected = new Set(); // interaction ids selected with x, kept across live refreshes
 let remembered = ""; // the last item moved to, found again if a live refresh replaced it
 let rememberedAt = -1; // and where it was, for when it is gone (answered): j goes on from there
 let returnTo = null; // where focus goes back to when the help closes
@@ -85,6 +91,145 @@ function press(item, key) {
   return true;
 }
 
+// -- x: selecting waiting items, a/d: answering them together ------------------------------------
+
+function selectable(item) {
+  // Rows of the monitoring screen's list only: a session page answers its one question.
+  return Boolean(item?.matches("[data-inbox-row]") && item.querySelector("[data-answer-form] button[name=decision]"));
+}
+
+function announce(text) {
+  const announcer = document.querySelector("[data-live-announce]");
+  if (announcer) announcer.textContent = text;
+}
+
+function promptOf(row) {
+  return row.querySelector("[id$='-prompt']")?.textContent.replace(/\s+/g, " ").trim() || "this item";
+}
+
+// The selection is a real checkbox in the row: seen, clicked, and heard as "checked".
+function checkbox(row) {
+  let box = row.querySelector("[data-bulk-select]");
+  if (box) return box;
+  const label = document.createElement("label");
+  label.className = "bulk-select";
+  box = document.createElement("input");
+  box.type = "checkbox";
+  box.dataset.bulkSelect = "";
+  const words = document.createElement("span");
+  words.className = "visually-hidden";
+  words.textContent = `Select to answer together: ${promptOf(row)}`;
+  label.append(box, words);
+  row.querySelector("[data-answer-form]").before(label);
+  box.addEventListener("change", () => choose(row, box.checked));
+  return box;
+}
+
+function choose(row, on) {
+  const id = row.dataset.interaction;
+  if (on) selected.add(id);
+  else selected.delete(id);
+  for (const one of document.querySelectorAll(`${WAITING}[data-interaction="${CSS.escape(id)}"]`)) {
+    one.classList.toggle("is-selected", on);
+    if (selectable(one)) checkbox(one).checked = on;
+  }
+  const count = selectedRows().length;
+  const then = count ? ` ${count} selected: a approves, d denies them all.` : " Nothing selected.";
+  announce(`${on ? "Selected" : "Unselected"}: ${promptOf(row)}.${then}`);
+}
+
+function selectedRows() {
+  const rows = [];
+  for (const id of selected) {
+    const row = [...document.querySelectorAll(`${WAITING}[data-interaction="${CSS.escape(id)}"]`)].find(selectable);
+    if (row) rows.push(row);
+  }
+  return rows;
+}
+
+// A live refresh replaced the rows: selected ones that still wait stay selected, the rest go.
+function restoreSelection() {
+  for (const id of [...selected]) {
+    const rows = [...document.querySelectorAll(`${WAITING}[data-interaction="${CSS.escape(id)}"]`)].filter(selectable);
+    if (!rows.length) selected.delete(id);
+    for (const row of rows) {
+      row.classList.add("is-selected");
+      checkbox(row).checked = true;
+    }
+  }
+}
+
+document.addEventListener("onlooker:refetched", restoreSelection);
+document.addEventListener("onlooker:waiting-replaced", restoreSelection);
+document.addEventListener("onlooker:answered", () => setTimeout(restoreSelection, 0));
+
+function toggle(item) {
+  if (!selectable(item)) return false;
+  choose(item, !selected.has(item.dataset.interaction));
+  return true;
+}
+
+function confirmMany(key) {
+  const rows = selectedRows();
+  if (!rows.length || !confirmDialog) return false;
+  const decision = key === "a" ? "approve" : "deny";
+  const verb = decision === "approve" ? "Approve" : "Deny";
+  const things = rows.length === 1 ? "1 item" : `${rows.length} items`;
+  confirmDialog.querySelector("[data-bulk-title]").textContent = `${verb} ${things}?`;
+  const list = confirmDialog.querySelector("[data-bulk-list]");
+  list.replaceChildren(
+    ...rows.map((row) => {
+      const entry = document.createElement("li");
+      entry.textContent = promptOf(row);
+      return entry;
+    }),
+  );
+  const go = confirmDialog.querySelector("[data-bulk-go]");
+  go.textContent = `${verb} ${rows.length}`;
+  const back = document.activeElement;
+  confirmDialog.returnValue = "";
+  confirmDialog.addEventListener(
+    "close",
+    () => {
+      if (back?.isConnected) back.focus({ preventScroll: true });
+      if (confirmDialog.returnValue !== "confirm") return announce("Cancelled: nothing was sent.");
+      for (const id of rows.map((row) => row.dataset.interaction)) selected.delete(id);
+      answerMany(rows, decision, confirmDialog.dataset.answerMany);
+    },
+    { once: true },
+  );
+  confirmDialog.showModal();
+  go.focus(); // Enter confirms, Esc cancels
+  return true;
+}
+
+// -- r and n ---------------------------------------------------------------------------------
+
+function focusReason(item) {
+  const holder = item?.querySelector("textarea[name=reason]") ? item : [...document.querySelectorAll(WAITING)].find((one) => shown(one) && one.querySelector("textarea[name=reason]"));
+  const reason = holder?.querySelector("textarea[name=reason]");
+  if (!reason) return false;
+  const more = reason.closest("details");
+  if (more) more.open = true;
+  reason.focus();
+  return true;
+}
+
+function nextWaitingSession() {
+  const here = location.pathname.match(/^\/sessions\/(\d+)\//)?.[1];
+  if (!here) return false;
+  // Who has waited longest goes first, as in the monitoring screen's list: the other session
+  // needing a person that changed least recently.
+  const others = [...document.querySelectorAll(ROW)].filter(
+    (row) => row.dataset.needsHuman === "true" && row.dataset.sidebarSession !== here,
+  );
+  others.sort((one, two) => Date.parse(one.dataset.updated) - Date.parse(two.dataset.updated));
+  const link = others[0]?.querySelector("a[href]");
+  if (link) link.click();
+  else announce("Nothing else is waiting for a person.");
+  return true;
+}
+
 function sessionLink(item) {
   // A row of the monitoring screen's list names its session; on a session page it is this one.
   if (item.matches(WAITING)) return item.querySelector("a[data-inbox-session]");
@@ -117,7 +262,11 @@ document.addEventListener("keydown", (event) => {
   let handled = true;
   if (key === "j") step(1);
   else if (key === "k") step(-1);
+  else if (key === "x") handled = toggle(item);
+  else if ((key === "a" || key === "d") && selected.size) handled = confirmMany(key) || press(item, key);
   else if (key === "a" || key === "d") handled = press(item, key);
+  else if (key === "r") handled = focusReason(item);
+  else if (key === "n") handled = nextWaitingSession();
   else if (key === "Enter" && item && target === focusTarget(item)) {
     const link = sessionLink(item);
     if (link) link.click();

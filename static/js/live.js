@@ -35,6 +35,9 @@ const sidebarList = document.querySelector("[data-sidebar-list]");
 const tiles = document.querySelector("[data-tiles]");
 // The monitoring screen lists sessions that need a person above the tiles, not as tiles.
 const tilesWithoutWaiting = Boolean(tiles && "tilesWithoutWaiting" in tiles.dataset);
+// And its finished sessions as one-line rows under them (the same tile fragment, shown as a
+// row by the CSS); the wall has no such list: there they stay tiles.
+const finishedRows = document.querySelector("[data-finished-rows]");
 
 // What the page shows of each session: {revision, updated, state, needsHuman}. A message or
 // refetch older than this is dropped.
@@ -140,20 +143,29 @@ function applySidebar(id, message, incoming, fresh) {
 
 function applyTile(id, message, incoming, fresh) {
   if (!tiles) return;
-  const existing = tiles.querySelector(`[data-tile-session="${id}"]`);
+  const selector = `[data-tile-session="${id}"]`;
+  const existing = tiles.querySelector(selector) ?? finishedRows?.querySelector(selector);
   if (existing && !newerThan(existing, incoming)) return;
   if (!matchesFilters(message) || (tilesWithoutWaiting && message.needsHuman)) {
     existing?.remove(); // the list above shows it now (refreshCounts refetches the list)
+    showFinished();
     return;
   }
   if (!existing && !fresh) return;
   const tile = existing ? swap(existing, message.html.tile) : fragment(message.html.tile);
   if (!tile) return;
-  if (!existing) {
-    document.querySelector(".tiles-empty")?.remove();
-    tiles.append(tile);
-  }
-  place(tiles, tile, tileId);
+  document.querySelector(".tiles-empty")?.remove();
+  // A session that finishes moves from the tiles to the rows; one that starts again, back.
+  const home = finishedRows && finishedStates.has(message.state) ? finishedRows : tiles;
+  if (tile.parentElement !== home) home.append(tile);
+  place(home, tile, tileId);
+  showFinished();
+}
+
+// The "Finished" heading shows only above rows.
+function showFinished() {
+  const section = finishedRows?.closest("[data-finished]");
+  if (section) section.hidden = !finishedRows.querySelector("[data-tile-session]");
 }
 
 function applySessionPage(id, message, fresh) {
@@ -238,6 +250,7 @@ const listed = (id) => Boolean(waitingList()?.querySelector(`[data-waiting-sessi
 function boardQuery(withTiles) {
   const query = new URLSearchParams();
   if (withTiles) query.set("tiles", "1");
+  if (withTiles && finishedRows) query.set("finished_rows", "1");
   if (waitingList()) query.set("waiting", "1");
   for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
   return `${boardUrl}?${query}`;
@@ -275,9 +288,12 @@ async function refetch() {
       if (sidebarList) replaceList(sidebarList, board.sidebar, rowId);
       if (tiles && board.tiles !== undefined) {
         replaceList(tiles, board.tiles, tileId);
+        if (finishedRows && board.finished !== undefined) replaceList(finishedRows, board.finished, tileId);
+        showFinished();
         showOlder(board.next);
       }
       showWaiting(board.waiting);
+      showDecided(board.decided);
       if (sessionId) {
         apply(await getJson(body.dataset.cardUrl));
         await loadActivity(); // the transcript may have grown while the socket was away
@@ -318,6 +334,17 @@ function showWaiting(html) {
   if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
   else if (focusedButton) focusedButton(replacement)?.focus({ preventScroll: true });
   if (replacement.querySelector("[data-inbox-row]")) document.querySelector(".tiles-empty")?.remove();
+  tickTimes(replacement);
+  // The rows are new elements: what a script kept on the old ones (a selection) goes back on.
+  document.dispatchEvent(new CustomEvent("onlooker:waiting-replaced"));
+}
+
+// The "Recently decided" strip, per person like the list: refetched with it.
+function showDecided(html) {
+  const current = document.querySelector("[data-decided]");
+  const replacement = html && fragment(html);
+  if (!current || !replacement) return;
+  current.replaceWith(replacement);
   tickTimes(replacement);
 }
 
@@ -362,6 +389,7 @@ function refreshCounts() {
       const board = await getJson(boardQuery(false));
       showCounts(board.counts);
       showWaiting(board.waiting);
+      showDecided(board.decided);
     } catch (error) {
       console.warn("onlooker: counts refresh failed", error);
     }

@@ -51,6 +51,7 @@ const KIND_WORDS = {
   connection: "needs a connection",
   question: "asks a question",
   text: "asks a question",
+  check: "needs a check", // an uncertain effect a person marks checked
 };
 
 function read(key, fallback) {

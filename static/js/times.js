@@ -6,7 +6,8 @@
 //   and `waiting` filters (tasks/templatetags/onlooker.py) write, so the first tick changes
 //   nothing but the number.
 // - Every other <time>: a short local time, the time alone when it is today and the date and
-//   time otherwise; with data-seconds (the transcript) to the second. The end of a range
+//   time otherwise; with data-seconds (the transcript) to the second. One set of options for
+//   every page (the wall's clock too, clockTime): the viewer's locale decides 12 or 24 hours. The end of a range
 //   (data-range-end) is short beside its start.
 // - Every <time> gets a title with the full local date, time and zone, for hovering.
 //
@@ -38,26 +39,32 @@ const TICKING = [
   ["time[data-waited-since]", waiting],
 ];
 
-// Made once: a transcript has hundreds of times, and a formatter is costly to build.
+// Made once: a transcript has hundreds of times, and a formatter is costly to build. Every
+// formatter takes the hours as the viewer's locale writes a time of day: two digits on a
+// 24-hour clock ("09:05", also beside a date, where "numeric" alone would give "9:05" in
+// en-GB), as the number on a 12-hour one ("9:05 AM").
+const LOCALE_HOURS = new Intl.DateTimeFormat(undefined, { hour: "numeric" }).resolvedOptions().hourCycle;
+const HOURS = {
+  hour: LOCALE_HOURS === "h11" || LOCALE_HOURS === "h12" ? "numeric" : "2-digit",
+  minute: "2-digit",
+};
 const FULL = new Intl.DateTimeFormat(undefined, {
   weekday: "long",
   year: "numeric",
   month: "long",
   day: "numeric",
-  hour: "numeric",
-  minute: "2-digit",
+  ...HOURS,
   second: "2-digit",
   timeZoneName: "short",
 });
-const TIME = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
-const TIME_SECONDS = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit", second: "2-digit" });
-const DATE_TIME = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" });
+const TIME = new Intl.DateTimeFormat(undefined, HOURS);
+const TIME_SECONDS = new Intl.DateTimeFormat(undefined, { ...HOURS, second: "2-digit" });
+const DATE_TIME = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", ...HOURS });
 const YEAR_DATE_TIME = new Intl.DateTimeFormat(undefined, {
   year: "numeric",
   month: "short",
   day: "numeric",
-  hour: "numeric",
-  minute: "2-digit",
+  ...HOURS,
 });
 
 function localDay(date) {
@@ -70,6 +77,11 @@ export function shortTime(moment, { seconds = false, now = Date.now() } = {}) {
   const today = new Date(now);
   if (localDay(date) === localDay(today)) return (seconds ? TIME_SECONDS : TIME).format(date);
   return (date.getFullYear() === today.getFullYear() ? DATE_TIME : YEAR_DATE_TIME).format(date);
+}
+
+// A clock (the wall's): the time of day alone, as every other time on the pages shows it.
+export function clockTime(moment) {
+  return TIME.format(new Date(moment));
 }
 
 export function fullTime(moment) {

@@ -1,70 +1,184 @@
 // The wall display (templates/tasks/wall.html): a clock, when the screen last heard anything
-// ("updated"), and pages that turn by themselves, so a screen nobody touches shows every
-// session in turn without a scrollbar. The sessions waiting for a person are on every page.
-// live.js keeps the tiles themselves; this only decides which of them are shown.
+// ("updated"), a grid sized to the sessions it shows, and pages that turn by themselves, so a
+// screen nobody touches shows every session in turn without a scrollbar. The sessions waiting
+// for a person are on every page. live.js keeps the tiles themselves; this decides which of
+// them are shown, how many columns and rows they share, and which of their lines fit.
+
+import { clockTime } from "./times.js";
 
 const PAGE_EVERY_MS = 15_000;
+// The smallest tile still read from across a room (rem, which grows with the screen): its
+// title and state, who and when, and two lines of what it does. 12 fit at 1920×1080.
+const SMALLEST_TILE = { width: 16, height: 8.5 };
+// Among grids with as few empty cells, the one whose tiles are closest to this width:height.
+const TILE_SHAPE = 2;
 
 const tiles = document.documentElement.classList.contains("wall") && document.querySelector("[data-tiles]");
 
-const two = (number) => String(number).padStart(2, "0");
-const hhmm = (moment) => `${two(moment.getHours())}:${two(moment.getMinutes())}`;
-
+// Times in the viewer's own format (static/js/times.js), as every other page shows them.
 function showTime(selector, moment) {
   for (const element of document.querySelectorAll(selector)) {
-    element.textContent = hhmm(moment);
+    element.textContent = clockTime(moment);
     element.dateTime = moment.toISOString();
+  }
+}
+
+// -- the grid -----------------------------------------------------------------------------------
+
+const px = (value) => Number.parseFloat(value) || 0;
+const rem = () => px(getComputedStyle(document.documentElement).fontSize);
+
+function room() {
+  const style = getComputedStyle(tiles);
+  return {
+    width: tiles.clientWidth,
+    height: tiles.clientHeight,
+    columnGap: px(style.columnGap),
+    rowGap: px(style.rowGap),
+  };
+}
+
+// The most tiles of the smallest size the screen holds, as columns and rows.
+function capacity(box) {
+  const size = rem();
+  const columns = Math.floor((box.width + box.columnGap) / (SMALLEST_TILE.width * size + box.columnGap));
+  const rows = Math.floor((box.height + box.rowGap) / (SMALLEST_TILE.height * size + box.rowGap));
+  return { columns: Math.max(1, columns), rows: Math.max(1, rows) };
+}
+
+// The grid for `count` tiles: the fewest empty cells, then tiles of the most readable shape.
+function grid(count, box, most) {
+  let best = null;
+  for (let columns = 1; columns <= most.columns; columns += 1) {
+    const rows = Math.min(most.rows, Math.ceil(count / columns));
+    const empty = columns * rows - count;
+    if (empty < 0) continue;
+    const width = (box.width - (columns - 1) * box.columnGap) / columns;
+    const height = (box.height - (rows - 1) * box.rowGap) / rows;
+    const shape = Math.abs(Math.log(width / height / TILE_SHAPE));
+    if (!best || empty < best.empty || (empty === best.empty && shape < best.shape)) {
+      best = { columns, rows, empty, shape };
+    }
+  }
+  return best ?? most;
+}
+
+function setGrid({ columns, rows }) {
+  tiles.style.setProperty("--wall-columns", String(columns));
+  tiles.style.setProperty("--wall-rows", String(rows));
+}
+
+// -- whole lines only ---------------------------------------------------------------------------
+
+// What gives way when a tile's text is taller than its cell, first to last: the note, then
+// the step count and the warnings, then the question's lines; then whole rows from the end.
+const YIELDING = [".note", ".card-steps", ".plan-more", ".card-warning", ".card-answer", ".card-question"];
+const CLAMPED = ":is(.note, .card-warning, .card-answer, .card-question)";
+
+// The tile's grid items (its parts, through the display: contents wrappers of wall.css).
+function items(node) {
+  const found = [];
+  for (const child of node.children) {
+    if (getComputedStyle(child).display === "contents") found.push(...items(child));
+    else found.push(child);
+  }
+  return found;
+}
+
+function overflow(tile) {
+  const style = getComputedStyle(tile);
+  const limit = tile.getBoundingClientRect().bottom - px(style.borderBottomWidth) - px(style.paddingBottom);
+  let bottom = -Infinity;
+  for (const element of items(tile)) {
+    const box = element.getBoundingClientRect();
+    if (box.height > 0) bottom = Math.max(bottom, box.bottom);
+  }
+  return bottom - limit;
+}
+
+function lineHeight(element) {
+  const style = getComputedStyle(element);
+  return px(style.lineHeight) || px(style.fontSize) * 1.35;
+}
+
+function drop(element) {
+  element.classList.add("wall-dropped");
+}
+
+// Shortens one part a line at a time (-webkit-line-clamp) until the tile's text fits, down
+// to nothing; a part that is not running text goes whole.
+function give(tile, element) {
+  if (!element.matches(CLAMPED)) return drop(element);
+  let lines = Math.round(element.getBoundingClientRect().height / lineHeight(element));
+  while (lines > 1 && overflow(tile) > 0.5) {
+    lines -= 1;
+    element.classList.add("wall-clamped");
+    element.style.setProperty("-webkit-line-clamp", String(lines));
+  }
+  if (overflow(tile) > 0.5) drop(element);
+}
+
+function fit(tile) {
+  for (const element of tile.querySelectorAll(".wall-dropped, .wall-clamped")) {
+    element.classList.remove("wall-dropped", "wall-clamped");
+    element.style.removeProperty("-webkit-line-clamp");
+  }
+  for (const selector of YIELDING) {
+    for (const element of [...tile.querySelectorAll(selector)].reverse()) {
+      if (overflow(tile) <= 0.5) return;
+      if (element.checkVisibility()) give(tile, element);
+    }
+  }
+  // Still too tall (a very small screen): whole parts go from the end, never the title.
+  for (const element of items(tile).reverse()) {
+    if (overflow(tile) <= 0.5) return;
+    if (!element.matches(".tile-title")) drop(element);
   }
 }
 
 // -- pages ------------------------------------------------------------------------------------
 
 let page = 0;
-let starts = [0]; // where each page begins among the tiles that are not pinned
+let pageCount = 1;
 
 const sessionTiles = () => [...tiles.children].filter((element) => element.dataset.tileSession);
 const pinnedTile = (element) => element.dataset.needsHuman === "true";
 
-function fits(element, bottom) {
-  return element.getBoundingClientRect().bottom <= bottom + 0.5;
+// Splits the tiles into pages of what the grid holds: the waiting sessions on every page
+// unless they alone fill one (then every tile takes its turn, waiting ones first).
+function pages(all, room) {
+  let pinned = all.filter(pinnedTile);
+  if (pinned.length >= room) pinned = [];
+  const rest = all.filter((element) => !pinned.includes(element));
+  const each = room - pinned.length;
+  const shown = [];
+  for (let start = 0; start < rest.length || shown.length === 0; start += each) {
+    shown.push([...pinned, ...rest.slice(start, start + each)]);
+  }
+  return shown;
 }
 
-function showOnly(shown, all) {
-  for (const element of all) element.hidden = !shown.has(element);
-}
-
-// Lays the tiles out page by page and measures: what fits is what the screen shows, whatever
-// the tiles' heights and the screen's size. Waiting sessions are pinned to every page unless
-// they alone overflow one; then every tile takes its turn, waiting ones first.
 function paginate() {
   const all = sessionTiles();
-  const bottom = tiles.getBoundingClientRect().bottom;
-  let pinned = all.filter(pinnedTile);
-  showOnly(new Set(pinned), all);
-  if (!pinned.every((element) => fits(element, bottom))) pinned = [];
-  const rest = all.filter((element) => !pinned.includes(element));
-  starts = [0];
-  let start = 0;
-  while (start < rest.length) {
-    showOnly(new Set([...pinned, ...rest.slice(start)]), all);
-    let end = start;
-    while (end < rest.length && fits(rest[end], bottom)) end += 1;
-    start = Math.max(end, start + 1); // a tile taller than the screen still gets its page
-    if (start < rest.length) starts.push(start);
-  }
-  page = Math.min(page, starts.length - 1);
-  const shown = rest.slice(starts[page], starts[page + 1] ?? rest.length);
-  showOnly(new Set([...pinned, ...shown]), all);
+  const box = room();
+  const most = capacity(box);
+  const split = pages(all, most.columns * most.rows);
+  setGrid(grid(Math.max(1, Math.max(...split.map((shown) => shown.length))), box, most));
+  pageCount = split.length;
+  page = Math.min(page, pageCount - 1);
+  const shown = new Set(split[page]);
+  for (const element of all) element.hidden = !shown.has(element);
+  for (const element of shown) fit(element);
   const label = document.querySelector("[data-wall-page]");
   if (label) {
-    label.hidden = starts.length < 2;
-    label.textContent = `Page ${page + 1} of ${starts.length}`;
+    label.hidden = pageCount < 2;
+    label.textContent = `Page ${page + 1} of ${pageCount}`;
   }
 }
 
 function nextPage() {
   paginate(); // the tiles may have changed since the last count
-  page = (page + 1) % starts.length;
+  page = (page + 1) % pageCount;
   paginate();
 }
 
@@ -89,6 +203,7 @@ if (tiles) {
   new MutationObserver(paginateSoon).observe(tiles, { childList: true });
   // The screen's size, the banner coming and going, the fonts arriving: all change what fits.
   new ResizeObserver(paginateSoon).observe(tiles);
+  document.fonts?.ready.then(paginateSoon);
   paginate();
   setInterval(nextPage, Number(document.body.dataset.wallPageEvery) || PAGE_EVERY_MS);
 }

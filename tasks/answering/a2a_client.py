@@ -6,11 +6,15 @@ ONLOOKER_AGENT_CALL_SECONDS (connecting, sending and reading the whole reply, ho
 paces it) and reads at most ONLOOKER_AGENT_REPLY_BYTES of reply (MAX_CARD_BYTES for a card),
 decompressed, so no agent can hold a person's request or the server's memory. Every failure
 is an `A2AError`: `str(error)` is a sentence a person can read, and `code`, `reason`,
-`http_status` and `not_sent` say what happened, for code that has to decide. The agent's
-credential and push secrets never appear in errors or logs.
+`http_status` and `not_sent` say what happened, for code that has to decide (an agent that
+does not speak A2A 1.0 is told apart, with the versions it names). The agent's credential
+and push secrets never appear in errors or logs. Every request says `A2A-Version: 1.0`; the
+version each answer declares goes to `on_version`, as its echoed extensions go to `on_echo`.
 
-The calls take the agent as anything with `rpc_url`, `extensions` and `credential` (the `Agent`
-model has them) and return the agent's JSON as plain dicts, camelCase as on the wire:
+The calls take the agent as anything with `rpc_url`, `extensions`, `credential` and
+`credential_header` (the `Agent` model has them, calling with its shared credential;
+answering/callers.py makes one that calls as a person) and return the agent's JSON as plain
+dicts, camelCase as on the wire:
 
 - `send_message` → `{"task": {...}}` or `{"message": {...}}` (a `SendMessageResponse`)
 - `get_task`, `cancel_task` → the `Task`
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,7 +80,8 @@ class AgentAddress(Protocol):
 
     rpc_url: str
     extensions: list[str]  # extension URIs the agent's card declares
-    credential: str  # the Authorization header value ("Bearer …"), or ""
+    credential: str  # the credential header's value ("Bearer …", an API key), or ""
+    credential_header: str  # the header it goes in: "Authorization", or an API key's own
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,12 @@ class TaskPage:
 # (`A2A-Extensions`, PROTOCOL §3): the app sets it to agents.record_echo when it starts, so
 # every call, whoever makes it, records the agent's tier. This module stores nothing itself.
 on_echo: Callable[[AgentAddress, list[str]], None] | None = None
+
+# Called after every answer with the A2A version it declared (`A2A-Version`) when that is not
+# the one Onlooker speaks ("1.1"), or "" when it matched or named none: the app sets it to
+# answered_versions.record, so the agent's page can say an agent answers as another version.
+# A 2xx without the header says none; any other status only counts when it names one.
+on_version: Callable[[AgentAddress, str], None] | None = None
 
 
 # --- JSON-RPC methods -----------------------------------------------------------------------
@@ -280,7 +292,7 @@ def _headers(agent: AgentAddress) -> dict[str, str]:
     if wanted:
         headers["A2A-Extensions"] = ",".join(wanted)
     if agent.credential:
-        headers["Authorization"] = agent.credential
+        headers[agent.credential_header] = agent.credential
     return headers
 
 
@@ -291,6 +303,8 @@ def _call(agent: AgentAddress, method: str, params: dict) -> Any:
         reply = _post(agent, body)
         if on_echo is not None and 200 <= reply.status_code < 300:
             _record_echo(agent, reply)
+        if on_version is not None:
+            _record_version(agent, reply)
         return _result(reply, request_id)
     except A2AError as error:
         # The sentence holds no secret: only the URL's host and path and the agent's words.
@@ -305,6 +319,41 @@ def _record_echo(agent: AgentAddress, reply: agent_http.Reply) -> None:
         on_echo(agent, tiers.activated(reply.headers.get("A2A-Extensions")))
     except Exception:
         logger.exception("could not record the extensions %s echoed", _shown(agent.rpc_url))
+
+
+def _record_version(agent: AgentAddress, reply: agent_http.Reply) -> None:
+    declared = reply.headers.get("A2A-Version")
+    if declared is None and not 200 <= reply.status_code < 300:
+        return  # a proxy's error page says nothing about the agent's version
+    try:
+        on_version(agent, answered_as(declared))
+    except Exception:
+        logger.exception("could not record the A2A version %s answered", _shown(agent.rpc_url))
+
+
+# A version as agents write it (1.0, '0.3', v1.1, 1.0.2): its major and minor parts.
+_VERSION = re.compile(r"(?<![\d.])(\d{1,3})\.(\d{1,3})(?!\d)")
+_VERSION_TEXT = 2000  # characters of an agent's words searched for versions
+
+
+def versions_in(text: str) -> list[str]:
+    """The distinct versions `text` (bounded by the caller) names, as major.minor, in order
+    (at most 5)."""
+    found: list[str] = []
+    for major, minor in _VERSION.findall(text):
+        version = f"{int(major)}.{int(minor)}"
+        if version not in found:
+            found.append(version)
+    return found[:5]
+
+
+def answered_as(declared: str | None) -> str:
+    """The version an answer's `A2A-Version` declares, as major.minor, when it is not the one
+    Onlooker speaks (a patch part does not count); "" when it is, or names none."""
+    versions = versions_in((declared or "")[:100])
+    if not versions or A2A_VERSION in versions:
+        return ""
+    return versions[0]
 
 
 def _rpc_limits() -> agent_http.Limits:
@@ -395,7 +444,10 @@ def _rpc_error(error: dict, http_status: int) -> A2AError:
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
     reason = _reason(error.get("data"))
     said = plain_text(error.get("message"))
-    if code == -32004 and reason == "CONTEXT_BUSY":
+    speaks = _versions_it_speaks(code, error)
+    if speaks:
+        sentence = f"the agent does not speak A2A {A2A_VERSION} (it supports {speaks})"
+    elif code == -32004 and reason == "CONTEXT_BUSY":
         sentence = "the agent is busy with this conversation"
     elif code == -32004:
         sentence = "the agent does not support this operation" + (f" ({said})" if said else "")
@@ -406,6 +458,33 @@ def _rpc_error(error: dict, http_status: int) -> A2AError:
     else:
         sentence = f"the agent answered JSON-RPC error {code}"
     return A2AError(sentence, code=code, reason=reason, http_status=http_status)
+
+
+# Where an agent's error starts naming what it accepts ("Expected version '0.3'", "supported
+# versions: 0.3", "supportedVersions"); "not supported" too, as what follows it is then what
+# it would take.
+_ACCEPTS = re.compile(r"expected|supported|supports|accepts|accepted", re.IGNORECASE)
+
+
+def _versions_it_speaks(code: int | None, error: dict) -> str:
+    """The versions a version error says the agent speaks, comma-separated, or "".
+    a2a-sdk answers -32009 "A2A version '1.0' is not supported by this handler. Expected
+    version '0.3'."; others answer -32600 naming "supported versions" in the message or the
+    data (only an error that speaks of versions counts: -32600 is any invalid request).
+    When 1.0 is among them the agent does speak it (it took the request for another
+    version): "" then, and the usual sentence says the rest."""
+    if code not in (-32009, -32600):
+        return ""
+    message = error.get("message")
+    text = message[:_VERSION_TEXT] if isinstance(message, str) else ""
+    data = error.get("data")
+    if data is not None:
+        text += " " + json.dumps(data)[:_VERSION_TEXT]
+    if code == -32600 and "version" not in text.lower():
+        return ""
+    accepts = _ACCEPTS.search(text)
+    named = versions_in(text[accepts.end() :] if accepts else text)
+    return "" if A2A_VERSION in named else ", ".join(named)
 
 
 def _reason(data: object) -> str | None:

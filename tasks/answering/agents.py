@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from tasks.answering import a2a_client, agent_card
+from tasks.answering import a2a_client, agent_card, agent_policy
 from tasks.models import Agent, PushEndpoint, Session, digest
 from tasks.sessions import changes, fragments, search
 
@@ -82,11 +82,27 @@ def check_signing_secret(secret: str) -> str:
     return secret
 
 
-def check_credential(credential: str) -> str:
-    scheme, _, value = credential.strip().partition(" ")
+def check_credential(credential: str, auth_scheme: dict | None = None) -> str:
+    """The shared credential as the header carries it: "<scheme> <value>" for Authorization,
+    the key alone for an agent whose card asks for an API key in a header of its own."""
+    credential = credential.strip()
+    if credential and not all(" " <= c <= "~" for c in credential):
+        raise RegistrationError("a credential is printable ASCII on one line")
+    if (auth_scheme or {}).get("kind") == "api_key":
+        return credential
+    scheme, _, value = credential.partition(" ")
     if credential and not (scheme and value.strip()):
         raise RegistrationError('a credential is "<scheme> <value>", e.g. "Bearer abc123"')
-    return credential.strip()
+    return credential
+
+
+def check_oauth_client(client_id: str, client_secret: str) -> tuple[str, str]:
+    client_id, client_secret = client_id.strip(), client_secret.strip()
+    if client_secret and not client_id:
+        raise RegistrationError("an OAuth client secret needs its client id (--oauth-client-id)")
+    if len(client_id) > 200 or len(client_secret) > 4096:
+        raise RegistrationError("an OAuth client id has at most 200 characters, a secret 4096")
+    return client_id, client_secret
 
 
 def register(
@@ -99,25 +115,32 @@ def register(
     credential: str = "",
     allow_other_rpc_origin: bool = False,
     again: bool = False,
+    expire_after: timedelta | None = None,
+    on_expiry: str = "deny",
+    no_self_approval: bool = False,
+    per_person: bool = False,
+    oauth_client_id: str = "",
+    oauth_client_secret: str = "",
 ) -> Registration:
     """Register the agent whose card is at (or under) `card_url`. Its JSON-RPC URL must be at
     the card's origin unless `allow_other_rpc_origin`: the card decides where Onlooker sends
     the agent's credential, and whoever serves the card must not steer it elsewhere.
 
     A card URL that is registered already raises AlreadyRegistered unless `again`: a second
-    registration by mistake would split one agent's sessions between two names."""
-    if signing_secret and generate_signing_secret:
-        raise RegistrationError("give a signing secret or ask for one to be generated, not both")
-    if generate_signing_secret:
-        signing_secret = new_signing_secret()
-    elif signing_secret:
-        check_signing_secret(signing_secret)
-    credential = check_credential(credential)
+    registration by mistake would split one agent's sessions between two names. The rest
+    is the team's policy for what it asks (answering/agent_policy.py)."""
+    if on_expiry not in agent_policy.ON_EXPIRY:
+        raise RegistrationError(f"on expiry is deny or leave, not {on_expiry!r}")
+    signing_secret = _signing_secret(signing_secret, generate_signing_secret)
+    # Refused before the card is read where it can be; its form depends on the card's scheme.
+    check_credential(credential, {"kind": "api_key"})
+    oauth_client_id, oauth_client_secret = check_oauth_client(oauth_client_id, oauth_client_secret)
     if len(name.strip()) > agent_card.MAX_NAME:
         raise RegistrationError(f"a name has at most {agent_card.MAX_NAME} characters")
     card_url, card = _card_to_register(
         card_url, again=again, allow_other_rpc_origin=allow_other_rpc_origin
     )
+    credential = check_credential(credential, card.auth_scheme)
     api_token = new_api_token()
     with transaction.atomic():
         agent = Agent.objects.create(
@@ -130,15 +153,32 @@ def register(
             card_name=card.name,
             description=card.description,
             skills=card.skills,
+            auth_scheme=card.auth_scheme,
             credential=credential,
             allow_other_rpc_origin=allow_other_rpc_origin,
             signing_secret=signing_secret,
             team=Group.objects.get_or_create(name=team.strip())[0] if team.strip() else None,
             card_fetched_at=timezone.now(),
             api_token_digest=digest(api_token),
+            expire_after=expire_after,
+            on_expiry=on_expiry,
+            no_self_approval=no_self_approval,
+            per_person=per_person,
+            oauth_client_id=oauth_client_id,
+            oauth_client_secret=oauth_client_secret,
         )
         endpoint, token, bearer = new_endpoint(agent)
     return Registration(agent, endpoint, token, bearer, signing_secret or None, api_token)
+
+
+def _signing_secret(given: str, generate: bool) -> str:
+    if given and generate:
+        raise RegistrationError("give a signing secret or ask for one to be generated, not both")
+    if generate:
+        return new_signing_secret()
+    if given:
+        check_signing_secret(given)
+    return given
 
 
 def _card_to_register(
@@ -206,11 +246,15 @@ def agent_for_api_token(token: str) -> Agent | None:
     return Agent.objects.filter(api_token_digest=digest(token)).first()
 
 
-def new_endpoint(agent: Agent, *, task_id: str = "") -> tuple[PushEndpoint, str, str]:
+def new_endpoint(
+    agent: Agent, *, task_id: str = "", created_for=None
+) -> tuple[PushEndpoint, str, str]:
     token, bearer = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     endpoint = PushEndpoint.objects.create(
         agent=agent,
         task_id=task_id,
+        followed=bool(task_id),  # only "Follow this task" names its task up front
+        created_for=created_for,
         public_id=secrets.token_urlsafe(16),
         token_digest=digest(token),
         bearer_digest=digest(bearer),
@@ -219,15 +263,23 @@ def new_endpoint(agent: Agent, *, task_id: str = "") -> tuple[PushEndpoint, str,
 
 
 def new_push_config(
-    agent: Agent, *, task_id: str = ""
+    agent: Agent, *, task_id: str = "", created_for=None
 ) -> tuple[PushEndpoint, a2a_client.PushConfig]:
     """A fresh endpoint and the push config naming it, for a message that starts work (or,
     with `task_id`, for a task a person follows): the agent pushes that task's updates there."""
-    endpoint, token, bearer = new_endpoint(agent, task_id=task_id)
+    endpoint, token, bearer = new_endpoint(agent, task_id=task_id, created_for=created_for)
     push = a2a_client.PushConfig(
         url=endpoint.push_url, token=token, bearer=bearer, id=endpoint.public_id
     )
     return endpoint, push
+
+
+def serves_task(endpoint: PushEndpoint, task_id: str) -> None:
+    """The agent named the task a message with this endpoint's push config started: the
+    endpoint ends with that task (answering/push_configs.py)."""
+    if task_id and not endpoint.task_id:
+        PushEndpoint.objects.filter(pk=endpoint.pk, task_id="").update(task_id=task_id[:200])
+        endpoint.task_id = task_id[:200]
 
 
 def rotate_signing_secret(agent: Agent) -> str:
@@ -267,6 +319,7 @@ def refresh_card(agent: Agent) -> str | None:
         log.warning("agent %s: refused a JSON-RPC URL at another origin", agent.pk)
     agent.extensions, agent.push_notifications = card.extensions, card.push_notifications
     agent.card_name, agent.description, agent.skills = card.name, card.description, card.skills
+    agent.auth_scheme = card.auth_scheme
     agent.card_fetched_at, agent.last_error = timezone.now(), ""
     agent.save(
         update_fields=[
@@ -279,6 +332,7 @@ def refresh_card(agent: Agent) -> str | None:
             "card_name",
             "description",
             "skills",
+            "auth_scheme",
             "card_fetched_at",
             "last_error",
         ]
@@ -355,6 +409,7 @@ def record_echo(agent: object, activated: list[str] | None) -> None:
     """Keep which extensions the agent activated on its latest answer (a2a_client.on_echo).
     Only these two fields are written, so a concurrent save of the agent keeps its own; a
     failure to store it never fails the call it came with."""
+    agent = getattr(agent, "agent", agent)  # a callers.Caller records for its agent
     if not isinstance(agent, Agent) or agent.pk is None:
         return  # an address that is not a registered agent (discovery, tests)
     now = timezone.now()

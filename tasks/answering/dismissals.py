@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from tasks.answering import a2a_client
+from tasks.answering import a2a_client, record
 from tasks.answering.answers import apply_reply, changing, reread
 from tasks.answering.rules import (
     TASK_NOT_FOUND,
@@ -48,6 +48,12 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
     the agent still waits, or when it cannot be asked. Leaves a note in the transcript."""
     if not may_answer(user):
         raise NotAllowed("You may see this, but not dismiss it: ask for the approver role.")
+    if interaction.kind == Interaction.Kind.CHECK:
+        # No agent waits on a check, so none can forget it: only a person's look ends it.
+        raise AnswerError(
+            "A check is not dismissed: look whether the effect happened, then mark it "
+            "checked. Nothing was dismissed."
+        )
     current = reread(interaction)
     if current.state not in Interaction.DISMISSABLE:
         raise AlreadyAnswered(already_decided(current))
@@ -61,6 +67,9 @@ def dismiss(user, interaction: Interaction) -> Dismissed:
         after = reread(interaction)
         why = after.dismissed_because
         if dismissed:
+            record.decided(
+                current, record.Made.DISMISS, by=user, via="page", at=now, sent=False, reason=why
+            )
             outbox.resolved([(interaction.pk, current.round)], at=now)
             timeline.dismissed(current, user, at=now, because=why)
             Message.objects.create(

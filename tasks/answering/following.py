@@ -3,8 +3,14 @@ read it again ("Refresh from the agent": the card, then what changed, by the ver
 `sync_agents` runs), and follow a task Onlooker did not start ("Follow this task": a push
 config at the agent naming a new endpoint of Onlooker's, then the task fetched at once).
 
-Both call the agent, so they run in a sync view's thread with a2a_client's timeouts; what
-they did comes back as a sentence for the page.
+Both call the agent as the person who asks (callers.for_person): agents scope `ListTasks`,
+`GetTask` and push configs to the subject the caller authenticated as, so a person refreshes
+and follows the tasks they started elsewhere too, with their own credential, or the shared
+one when they have none and the agent allows it. An agent that is `per_person` refuses a
+person without a credential (callers.NeedsCredential) before anything is sent.
+
+Both run in a sync view's thread with a2a_client's timeouts; what they did comes back as a
+sentence for the page.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
-from tasks.answering import a2a_client, agents, sync
+from tasks.answering import a2a_client, agents, callers, sync
 from tasks.answering.rules import (
     TASK_NOT_FOUND,
     AgentFailed,
@@ -67,10 +73,13 @@ class Outcome:
     text: str
 
 
-def refresh(agent: Agent) -> Outcome:
-    """Read the agent's card again and fetch every task it changed since Onlooker last heard
-    (`sync.sync_agent`, exactly what `sync_agents` does for it)."""
-    report = sync.sync_agent(agent)
+def refresh(agent: Agent, user) -> Outcome:
+    """Read the agent's card again and fetch every task it changed, as `user` sees the agent
+    (`sync.sync_agent` as that person, what `sync_agents --as` does for it). NeedsCredential,
+    before anything is sent, when the agent takes only their own credential and they have
+    none."""
+    caller = callers.for_person(agent, user)
+    report = sync.sync_agent(agent, caller=caller)
     counts = (
         f"{report.listed} task{'s' if report.listed != 1 else ''} listed, "
         f"{report.fetched} fetched, {report.applied} applied"
@@ -110,12 +119,18 @@ class Followed:
     session: Session | None  # where the task shows, once fetched
 
 
-def follow(agent: Agent, task_id: str) -> Followed:
+def follow(agent: Agent, task_id: str, user) -> Followed:
     """Have the agent push `task_id`'s updates to Onlooker: a new endpoint and a push config
     naming it, as for work Onlooker starts; then the task itself, fetched and applied, so it
     shows at once. Refused (AnswerError) when the card says the agent sends no pushes, when
     Onlooker follows the task already, or when the agent does not take the config: then no
-    endpoint is left. A failed fetch after that is said, and the following stays."""
+    endpoint is left. A failed fetch after that is said, and the following stays.
+
+    Every call goes out as `user` (NeedsCredential first when the agent takes only their own
+    credential and they have none): the agent knows the task under their subject, and keeps
+    the config under it, so the endpoint records whose credential created it and its config
+    is deleted as the same caller when the task ends (answering/push_configs.py)."""
+    caller = callers.for_person(agent, user)
     shown = f"task “{a2a_client.plain_text(task_id, 60)}”"
     if not agent.push_notifications:
         raise AnswerError(
@@ -124,28 +139,29 @@ def follow(agent: Agent, task_id: str) -> Followed:
         )
     if PushEndpoint.objects.filter(agent=agent, task_id=task_id, active=True).exists():
         raise AlreadyFollowed(f"Onlooker already follows {shown}.")
-    _check_configs_at_agent(agent, task_id, shown)
+    _check_configs_at_agent(caller, task_id, shown)
+    created_for = user if caller.person_id else None  # None: the shared credential's
     try:
         with transaction.atomic():
-            endpoint, push = agents.new_push_config(agent, task_id=task_id)
+            endpoint, push = agents.new_push_config(agent, task_id=task_id, created_for=created_for)
     except IntegrityError:  # another press got there first
         raise AlreadyFollowed(f"Onlooker already follows {shown}.") from None
     try:
         a2a_client.create_task_push_notification_config(
-            agent, task_id, push.url, token=push.token, bearer=push.bearer, config_id=push.id
+            caller, task_id, push.url, token=push.token, bearer=push.bearer, config_id=push.id
         )
     except a2a_client.A2AError as error:
-        _forget(agent, endpoint, task_id, error)
+        _forget(caller, endpoint, task_id, error)
         raise _refused(error, shown) from None
-    return _fetch(agent, task_id, shown)
+    return _fetch(caller, task_id, shown)
 
 
-def _check_configs_at_agent(agent: Agent, task_id: str, shown: str) -> None:
+def _check_configs_at_agent(caller: callers.Caller, task_id: str, shown: str) -> None:
     """Refuse a task the agent already pushes to one of Onlooker's endpoints (work Onlooker
     started, or followed before this field existed), and one the agent does not know. An
     agent that cannot list its configs is not refused for that: creating one says the rest."""
     try:
-        configs = a2a_client.list_task_push_notification_configs(agent, task_id)
+        configs = a2a_client.list_task_push_notification_configs(caller, task_id)
     except a2a_client.A2AError as error:
         if error.code == TASK_NOT_FOUND:
             raise _refused(error, shown) from None
@@ -156,11 +172,14 @@ def _check_configs_at_agent(agent: Agent, task_id: str, shown: str) -> None:
         match = _ENDPOINT_IN_URL.search(url) if isinstance(url, str) else None
         if match and len(match[1]) <= 64:
             ids.append(match[1])
-    if ids and PushEndpoint.objects.filter(agent=agent, public_id__in=ids, active=True).exists():
+    mine = PushEndpoint.objects.filter(agent=caller.agent, public_id__in=ids, active=True)
+    if ids and mine.exists():
         raise AlreadyFollowed(f"Onlooker already follows {shown}: the agent pushes it here.")
 
 
-def _forget(agent: Agent, endpoint: PushEndpoint, task_id: str, error: a2a_client.A2AError):
+def _forget(
+    caller: callers.Caller, endpoint: PushEndpoint, task_id: str, error: a2a_client.A2AError
+) -> None:
     """The config was not taken: the endpoint goes, so nothing pushes to it. Should the
     agent have kept the config all the same (the answer was lost), ask it to drop it too;
     its pushes would be refused by the missing endpoint anyway."""
@@ -168,9 +187,10 @@ def _forget(agent: Agent, endpoint: PushEndpoint, task_id: str, error: a2a_clien
     if error.not_sent:
         return
     try:
-        a2a_client.delete_task_push_notification_config(agent, task_id, endpoint.public_id)
+        # As the caller that created it: the agent keeps configs per subject.
+        a2a_client.delete_task_push_notification_config(caller, task_id, endpoint.public_id)
     except a2a_client.A2AError:
-        log.info("agent %s: could not delete a push config it may not hold", agent.pk)
+        log.info("agent %s: could not delete a push config it may not hold", caller.agent.pk)
 
 
 def _refused(error: a2a_client.A2AError, shown: str) -> AnswerError:
@@ -185,10 +205,11 @@ def _refused(error: a2a_client.A2AError, shown: str) -> AnswerError:
     )
 
 
-def _fetch(agent: Agent, task_id: str, shown: str) -> Followed:
+def _fetch(caller: callers.Caller, task_id: str, shown: str) -> Followed:
+    agent = caller.agent
     following = f"Following {shown}"
     try:
-        task = a2a_client.get_task(agent, task_id)
+        task = a2a_client.get_task(caller, task_id)
         fetched.apply_fetched(agent, task)
     except a2a_client.A2AError as error:
         text = f"{following}; fetching it failed ({error}): its next push will show it."

@@ -38,8 +38,19 @@ def may_answer(user) -> bool:
     return user.is_authenticated and user.has_perm(PERMISSION)
 
 
+def held_words(current: Interaction) -> str:
+    """Why a held interaction refuses another decision: someone's is about to go out."""
+    who = current.answered_by.get_username() if current.answered_by else "someone"
+    return (
+        f"{who} has just answered this ({current.decision_name}); it is sent in a few "
+        "seconds unless they undo it. Nothing else was sent."
+    )
+
+
 def already_decided(current: Interaction) -> str:
     """Why another decision (or a dismissal) is refused: what became of the question."""
+    if current.state == Interaction.State.HELD:
+        return held_words(current)
     if current.unconfirmed:
         return (
             f"{current.sent}; the agent has not confirmed yet — "

@@ -6,18 +6,25 @@ running this twice changes nothing.
 
 One agent may be registered twice (`add_agent --again`): both registrations list the same
 tasks. A task, and every task of its context, belongs to the registration that holds it
-first; the other one leaves it alone, so a context never gets a session under each."""
+first; the other one leaves it alone, so a context never gets a session under each.
+
+Agents scope `ListTasks` and `GetTask` to the subject the caller authenticated as (Nylorun
+profile v2), so what a sync finds depends on whose credential it calls with: `sync_agents`
+calls with the agent's shared credential and finds the tasks Onlooker's own subject started;
+a person's sync (their "Refresh" on the agent page, `sync_agents --as`) calls as them and
+finds the tasks they started elsewhere too. What is found is kept the same way whoever found
+it: see `sync_agent`."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Max
 
-from tasks.answering import a2a_client, agents
+from tasks.answering import a2a_client, agents, callers
 from tasks.models import Agent, Session, Task
 from tasks.pushes import fetched
 from tasks.wire import protocol
@@ -54,13 +61,29 @@ def last_seen(agent: Agent) -> datetime | None:
     return newest - CLOCK_SKEW if newest else None
 
 
-def sync_agent(agent: Agent, since: datetime | None = None) -> Report:
-    """Recover what `agent` changed since `since` (default: its newest status Onlooker holds,
-    minus CLOCK_SKEW; everything when Onlooker holds nothing). Whatever the agent answers,
-    this returns: what went wrong is in the report, so one agent never stops the others."""
+def sync_agent(
+    agent: Agent, since: datetime | None = None, *, caller: callers.Caller | None = None
+) -> Report:
+    """Recover what `agent` changed since `since`; whatever the agent answers, this returns:
+    what went wrong is in the report, so one agent never stops the others.
+
+    `caller` is who asks (`ListTasks`, `GetTask`): by default the agent's shared credential,
+    or a person (callers.for_person). Without `since` the shared credential asks from its
+    newest status Onlooker holds, minus CLOCK_SKEW (everything when Onlooker holds nothing);
+    a person asks for everything, since Onlooker keeps no mark of what it last heard under
+    their subject: the agent's newest status came mostly under other subjects, and a task
+    they started before it would be missed. Tasks Onlooker holds at that status already are
+    listed, not fetched again.
+
+    What is found becomes a session of the agent like any pushed one, visible to its team,
+    whoever's credential found it. That is right: the team already sees every session of
+    the agent, whoever started the work, and the person chose to bring these in."""
+    caller = _asking(agent, caller)
+    if since is None and caller.person_id is None:
+        since = last_seen(agent)
     report = Report(agent)
     try:
-        _sync(agent, since, report)
+        _sync(caller, since, report)
     except a2a_client.A2AError as error:
         report.errors.append(str(error))
     except RecursionError:
@@ -83,11 +106,20 @@ def sync_agent(agent: Agent, since: datetime | None = None) -> Report:
     return report
 
 
+def _asking(agent: Agent, caller: callers.Caller | None) -> callers.Caller:
+    if caller is None:
+        return callers.shared(agent)
+    if caller.agent.pk != agent.pk:
+        raise ValueError("the caller calls another agent")
+    # The card read first may move the agent's JSON-RPC URL: the caller follows the move.
+    return replace(caller, agent=agent)
+
+
 _TOO_DEEP = "the agent answered JSON nested too deeply to read"
 
 
-def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
-    since = since if since is not None else last_seen(agent)
+def _sync(caller: callers.Caller, since: datetime | None, report: Report) -> None:
+    agent = caller.agent
     card_error = agents.refresh_card(agent)
     if card_error:
         # The old address may still answer: try it, and say why the card was not read.
@@ -96,7 +128,7 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
         report.warnings.append(agents.refused_move(agent))
     others = [other.pk for other in agents.registrations_of(agent.card_url) if other != agent]
     failed_in_a_row = 0
-    for summary in a2a_client.iter_tasks(agent, status_timestamp_after=since):
+    for summary in a2a_client.iter_tasks(caller, status_timestamp_after=since):
         report.listed += 1
         task_id = summary.get("id")
         if not isinstance(task_id, str) or not task_id:
@@ -115,7 +147,7 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
             report.elsewhere += 1
             continue
         try:
-            _fetch(agent, others, task_id, report)
+            _fetch(caller, others, task_id, report)
         except a2a_client.A2AError as error:
             report.skipped.append(f"{shown}: GetTask failed: {error}")
             failed_in_a_row += 1
@@ -132,8 +164,9 @@ def _sync(agent: Agent, since: datetime | None, report: Report) -> None:
         failed_in_a_row = 0
 
 
-def _fetch(agent: Agent, others: list[int], task_id: str, report: Report) -> None:
-    task = a2a_client.get_task(agent, task_id)
+def _fetch(caller: callers.Caller, others: list[int], task_id: str, report: Report) -> None:
+    agent = caller.agent
+    task = a2a_client.get_task(caller, task_id)
     report.fetched += 1
     if not others:
         report.applied += not fetched.apply_fetched(agent, task).duplicate

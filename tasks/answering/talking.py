@@ -1,6 +1,10 @@
 """Talking to agents from a session (the composer: a message that starts work, or the reply
 to the task waiting for input), starting a new session with an agent, and cancelling a task.
 Whatever the agent answers is applied at once, as a push would be.
+
+Each goes to the agent as the person who sends it (answering/callers.py): their own credential,
+or the shared one where the agent allows it. The caller is resolved first, so a person an agent
+refuses (callers.NeedsCredential) gets the refusal with nothing stored and nothing sent.
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
-from tasks.answering import a2a_client, agents
+from tasks.answering import a2a_client, agents, callers, duties
 from tasks.answering.answers import Decision, answer, apply_reply, parse_decision
 from tasks.answering.rules import AgentFailed, AnswerError, NotAllowed, NotFound, may_answer
 from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, Task, TaskState
+from tasks.sessions import timeline
 from tasks.wire import message_parts, protocol
 
 
@@ -120,6 +126,7 @@ def send_message(user, session_pk: int, composed: Composed) -> Sent:
     comes from its form or the composer. Otherwise it starts work: a new task, a queued one
     when the agent is busy, or just the agent's reply."""
     session = _visible_session(user, session_pk)
+    caller = callers.for_person(session.agent, user)  # before anything is stored or sent
     waiting = waiting_task(session)
     # What the page showed must be what is: a reply goes only to a question the person saw,
     # and a new message never turns into the answer to one they did not.
@@ -144,7 +151,7 @@ def send_message(user, session_pk: int, composed: Composed) -> Sent:
         return Sent(task_id=waiting.task_id, queued=False, answered_question=True)
     busy = set(session.tasks.exclude(state__in=TERMINAL_STATES).values_list("task_id", flat=True))
     result = _start_work(
-        session.agent, composed, context_id=session.context_id,
+        caller, user, composed, context_id=session.context_id,
         task_id=waiting.task_id if waiting else None,
     )  # fmt: skip
     if "message" in result:
@@ -152,13 +159,16 @@ def send_message(user, session_pk: int, composed: Composed) -> Sent:
     task_id = str(result["task"].get("id", ""))
     if waiting is not None and task_id == waiting.task_id:
         return Sent(task_id=task_id, queued=False, answered_question=True)
+    duties.started(user, session.agent, task_id)  # new work: this person started it
     return Sent(task_id=task_id, queued=bool(busy - {task_id}))
 
 
 def _question(task: Task) -> Interaction | None:
-    """The question a waiting task asks (the newest not closed), as `answer` takes it."""
+    """The question a waiting task asks (the newest not closed), as `answer` takes it. A
+    check is never it: a person marks that checked, and nothing of it goes to the agent."""
     return (
         task.interactions.exclude(state=Interaction.State.CLOSED)
+        .exclude(kind=Interaction.Kind.CHECK)
         .select_related("task__session__agent", "answered_by")
         .order_by("-opened_at", "-id")
         .first()
@@ -173,7 +183,9 @@ def start_session(user, agent_pk: int, composed: Composed) -> Session:
         raise NotFound("No such agent, or not one you may use.")
     if not may_answer(user):
         raise NotAllowed("You may follow these agents, but not start work with them.")
-    result = _start_work(agent, composed)
+    result = _start_work(callers.for_person(agent, user), user, composed)
+    if "task" in result:
+        duties.started(user, agent, str(result["task"].get("id", "")))
     answered = result.get("task") or result.get("message") or {}
     if not isinstance(answered.get("contextId"), str):
         raise AgentFailed("The agent answered without starting a task; nothing to follow.")
@@ -184,15 +196,26 @@ def start_session(user, agent_pk: int, composed: Composed) -> Session:
 
 
 def _start_work(
-    agent: Agent, composed: Composed, *, context_id: str | None = None, task_id: str | None = None
+    caller: callers.Caller,
+    user,
+    composed: Composed,
+    *,
+    context_id: str | None = None,
+    task_id: str | None = None,
 ) -> dict:
-    """Send a person's message; returns `{"task": …}` or `{"message": …}` as the agent
-    answered, already applied. New work gets a fresh push config, so it reports to Onlooker;
-    a reply to a waiting task goes to a task that already does."""
-    endpoint, push = (None, None) if task_id else agents.new_push_config(agent)
+    """Send `user`'s message as `caller`; returns `{"task": …}` or `{"message": …}` as the
+    agent answered, already applied. New work gets a fresh push config, so it reports to
+    Onlooker; a reply to a waiting task goes to a task that already does. A config made with
+    the person's own credential is theirs at the agent (which keeps configs per subject), so
+    the endpoint remembers them: ending it must go out as them."""
+    agent = caller.agent
+    created_for = user if caller.person_id is not None else None
+    endpoint, push = (
+        (None, None) if task_id else agents.new_push_config(agent, created_for=created_for)
+    )
     try:
         result = a2a_client.send_message(
-            agent, composed.text, message_id=f"onlooker-message-{composed.message_id}",
+            caller, composed.text, message_id=f"onlooker-message-{composed.message_id}",
             task_id=task_id, context_id=context_id, push=push, parts=composed.links,
             metadata={"delivery": "reject"} if composed.only_if_idle else None,
         )  # fmt: skip
@@ -204,6 +227,8 @@ def _start_work(
         raise AgentFailed(f"The agent did not take the message: {error}.") from None
     task = result.get("task")
     if isinstance(task, dict):
+        if endpoint is not None and isinstance(task.get("id"), str):
+            agents.serves_task(endpoint, task["id"])
         apply_reply(agent, task)
         return {"task": task}
     message = result["message"]
@@ -228,13 +253,17 @@ def _start_work(
 def cancel(user, session_pk: int, task_id: str) -> str:
     """Ask the agent to cancel one of the session's tasks; returns its new state, in words."""
     session = _visible_session(user, session_pk)
+    caller = callers.for_person(session.agent, user)  # refused before anything is sent
     task = session.tasks.filter(task_id=task_id).first()
     if task is None:
         raise AnswerError("task_id names no task of this session")
     try:
-        left = a2a_client.cancel_task(session.agent, task.task_id)
+        left = a2a_client.cancel_task(caller, task.task_id)
     except a2a_client.A2AError as error:
         raise AgentFailed(f"The agent did not cancel: {error}.") from None
+    # Who asked, on the session's timeline before the agent's "Cancelled" is applied, so the
+    # page that shows the cancelled task can already say by whom.
+    timeline.cancelled(task, user, at=timezone.now())
     apply_reply(session.agent, left)
     state = left.get("status", {}).get("state", "") if isinstance(left, dict) else ""
     label = TaskState(state).label if state in TaskState.values else "unknown"

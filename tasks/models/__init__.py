@@ -10,13 +10,19 @@
     progress_cards  ProgressCard: a session's progress card
     usage           UsageDay: what agents' work cost per day
     timeline        TimelineEntry: a session's history
-    notify          NotificationChannel, Notification: the outbox to a team's channels
+    notify          NotificationChannel, Notification: the outbox to a team's channels;
+                    SlackMember, SlackLinkRequest: Slack members who answer as a person
+    api_tokens      ApiToken: a person's token for the read API
+    credentials     PersonalCredential: a person's own credential for an agent (sealed)
+    sealed          SealedTextField: credentials encrypted at rest
+    decisions       Decision, DecisionConfirmation: the append-only record of decisions
     reset_limits    ResetLimit: how often password reset was asked for
 
 One writer each: `answering/agents.py` registers agents and endpoints; `pushes/deliveries.py`
 writes Delivery rows; `pushes/apply/` alone applies pushes to tasks, interactions, artifacts
 and the transcript; `sessions/changes.py` writes Session rows, `sessions/progress_card.py`
-cards, `sessions/fragments.py` stored fragments; `answering/answers.py` people's decisions.
+cards, `sessions/fragments.py` stored fragments; `answering/answers.py` people's decisions,
+`answering/record.py` their record.
 An interaction's state changes only through the transitions `Interaction.objects` names,
 which the appliers and answering call. Nothing here writes on save.
 
@@ -26,9 +32,17 @@ imports from `tasks.models`.
 
 from tasks.models import states
 from tasks.models.agents import Agent, PushEndpoint, Refusal, digest, matches_digest
+from tasks.models.api_tokens import ApiToken
+from tasks.models.credentials import PersonalCredential
+from tasks.models.decisions import Decision, DecisionConfirmation
 from tasks.models.deliveries import Delivery
 from tasks.models.interactions import Interaction
-from tasks.models.notify import Notification, NotificationChannel
+from tasks.models.notify import (
+    Notification,
+    NotificationChannel,
+    SlackLinkRequest,
+    SlackMember,
+)
 from tasks.models.progress_cards import ProgressCard
 from tasks.models.reset_limits import ResetLimit
 from tasks.models.sessions import (
@@ -39,7 +53,7 @@ from tasks.models.sessions import (
     SessionText,
 )
 from tasks.models.states import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
-from tasks.models.tasks import Task
+from tasks.models.tasks import Task, TaskStart
 from tasks.models.timeline import TimelineEntry
 from tasks.models.transcript import Artifact, Message
 from tasks.models.usage import UsageDay
@@ -50,20 +64,27 @@ __all__ = [
     "NOT_READ",
     "TERMINAL_STATES",
     "Agent",
+    "ApiToken",
     "Artifact",
     "ProgressCard",
+    "Decision",
+    "DecisionConfirmation",
     "Delivery",
     "Interaction",
     "Message",
     "Notification",
     "NotificationChannel",
+    "PersonalCredential",
     "PushEndpoint",
     "Refusal",
     "ResetLimit",
+    "SlackLinkRequest",
+    "SlackMember",
     "Session",
     "SessionText",
     "SessionFragments",
     "Task",
+    "TaskStart",
     "TaskState",
     "TimelineEntry",
     "UsageDay",

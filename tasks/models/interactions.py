@@ -82,14 +82,17 @@ class InteractionQuerySet(models.QuerySet):
                 answered_at=None,
                 reason="",
                 last_error="",
+                answered_via="",
+                expired_at=None,
             )
         )
 
     def close(self, *, keep: Interaction | None = None) -> list[tuple[int, int]]:
         """The agent moved on from these (all pending but `keep`): closed, keeping any
         decision sent to them; a call still in flight records its confirmation over this.
-        The (pk, round) of each one it closed, for the notifications that say so."""
-        pending = self.filter(state__in=Interaction.PENDING)
+        The (pk, round) of each one it closed, for the notifications that say so. A check
+        is no question the agent waits on: it stays open until a person marks it checked."""
+        pending = self.filter(state__in=Interaction.PENDING).exclude(kind=Interaction.Kind.CHECK)
         if keep is not None:
             pending = pending.exclude(pk=keep.pk)
         closing = list(pending.values_list("pk", "round"))
@@ -101,7 +104,14 @@ class InteractionQuerySet(models.QuerySet):
         return closing
 
     def claim(
-        self, interaction: Interaction, *, by: Any, answer: dict, reason: str, at: datetime
+        self,
+        interaction: Interaction,
+        *,
+        by: Any,
+        answer: dict,
+        reason: str,
+        at: datetime,
+        via: str = "page",
     ) -> bool:
         """A person's decision, taken before the agent is called: open → answering, bound
         to `answer` from now on. True for the one caller that won."""
@@ -111,6 +121,7 @@ class InteractionQuerySet(models.QuerySet):
             answered_at=at,  # when the claim was made, then when it was sent
             answer=answer,
             reason=reason,
+            answered_via=via,
         )
         return bool(claimed)
 
@@ -136,7 +147,13 @@ class InteractionQuerySet(models.QuerySet):
         decision that never left. `forgotten`: the agent said it does not know the task,
         which marks the round (people are offered "Dismiss"). True when it is open again."""
         State = Interaction.State
-        undecided = {"answered_by": None, "answered_at": None, "answer": None, "reason": ""}
+        undecided = {
+            "answered_by": None,
+            "answered_at": None,
+            "answer": None,
+            "reason": "",
+            "answered_via": "",
+        }
         mark = {"forgotten_round": claim.round} if forgotten else {}
         if self._claimed(claim, State.ANSWERING).update(
             **undecided, state=State.OPEN, last_error=error[:2_000], **mark
@@ -164,6 +181,19 @@ class InteractionQuerySet(models.QuerySet):
         )
         return bool(answered)
 
+    def mark_checked(
+        self, interaction: Interaction, *, by: Any, at: datetime, via: str = "page"
+    ) -> bool:
+        """A person looked and marked an uncertain effect checked: open → answered, for a
+        check only. Nothing goes to the agent. True when this call marked it. (Not `check`:
+        a manager's `check` is Django's system check, and the manager would keep that one.)"""
+        checked = self._row(interaction, Interaction.State.OPEN).filter(kind=Interaction.Kind.CHECK)
+        return bool(
+            checked.update(
+                state=Interaction.State.ANSWERED, answered_by=by, answered_at=at, answered_via=via
+            )
+        )
+
     def dismiss(
         self, interaction: Interaction, *, by: Any, at: datetime, forgotten_round: int | None
     ) -> bool:
@@ -177,6 +207,13 @@ class InteractionQuerySet(models.QuerySet):
             forgotten_round=forgotten_round,
         )
         return bool(dismissed)
+
+    def mark_expired(self, interaction: Interaction, *, at: datetime) -> bool:
+        """The agent's declared expiry passed with it still open in this round (answering/
+        expiry.py): marked expired, still open (people may still answer; reminders stop).
+        Once a round: True for the one caller that marked it."""
+        marked = self._row(interaction, Interaction.State.OPEN).filter(expired_at__isnull=True)
+        return bool(marked.update(expired_at=at))
 
 
 class Interaction(models.Model):
@@ -198,20 +235,33 @@ class Interaction(models.Model):
                next status can overtake the reply);
       record_sent      it may have reached the agent, unconfirmed: answering → sent;
       dismiss  a person closed it, as no answer can reach the agent: open or sent →
-               dismissed.
+               dismissed;
+      mark_checked  a person marked an uncertain effect checked (kind check only): open →
+               answered. The applier opens checks (open) and never closes or reopens one;
+      mark_expired  the agent's declared expiry passed (answering/expiry.py): stays open,
+               `expired_at` set, once a round (a new round clears it). A deny on expiry is
+               then a claim like a person's, with no one as `answered_by`.
     From the claim on, the interaction is bound to its decision until the agent's next
     status closes it or really asks it again. Only a task that waits (its state input or
     auth required) has pending interactions: every current status that does not ask closes
-    them, and only a status that asks opens one."""
+    them, and only a status that asks opens one. Checks aside: an uncertain effect opens one
+    whatever the state, and only a person ends it."""
 
     class Kind(models.TextChoices):
         APPROVAL = "approval"
         QUESTION = "question"
         CONNECTION = "connection"
         TEXT = "text", "plain-text question"
+        # An effect the agent cannot tell happened (effects/v1 `uncertain`: a payment, an
+        # upload): a person checks it and marks it checked. Nothing is sent to the agent, and
+        # the agent's next status does not close it.
+        CHECK = "check"
 
     class State(models.TextChoices):
         OPEN = "open"
+        # A person's decision, kept on the server a few seconds before it is sent so Undo
+        # can withdraw it (answer, reason, answered_by/via hold it; `held_until` says when).
+        HELD = "held", "held for undo"
         ANSWERING = "answering"
         SENT = "sent", "sent, not confirmed"
         ANSWERED = "answered"
@@ -226,6 +276,8 @@ class Interaction(models.Model):
     STALE_CLAIM = timedelta(minutes=2)
     # What the agent waits on, or Onlooker may have told it: its next status settles these.
     PENDING = (State.OPEN, State.ANSWERING, State.SENT)
+    # What the pages list as waiting for a person: a held decision too, with its Undo.
+    LISTED = (State.OPEN, State.HELD, State.ANSWERING, State.SENT)
     # What a person may dismiss: nothing is in flight, and nothing was confirmed.
     DISMISSABLE = (State.OPEN, State.SENT)
 
@@ -262,6 +314,13 @@ class Interaction(models.Model):
         related_name="dismissed_interactions",
     )
     dismissed_at = models.DateTimeField(null=True, blank=True)
+    # How the decision was made: page, slack, link, expiry or api (answering/record.py).
+    answered_via = models.CharField(max_length=10, blank=True)
+    # The agent's declared expiry passed with it still open (answering/expiry.py): denied on
+    # the team's behalf, or only marked, the agent still waiting. Cleared by a new round.
+    expired_at = models.DateTimeField(null=True, blank=True)
+    # While HELD: when the held decision is sent unless withdrawn.
+    held_until = models.DateTimeField(null=True, blank=True)
 
     objects = InteractionQuerySet.as_manager()
 
@@ -333,7 +392,9 @@ class Interaction(models.Model):
     @property
     def decision_name(self) -> str:
         """The stored decision in a person's words: "Approve", "Deny", "I've connected",
-        "Cancel", or the answer quoted briefly."""
+        "Cancel", "Checked", or the answer quoted briefly."""
+        if self.kind == self.Kind.CHECK:
+            return "Checked"
         answer = self.answer or {}
         approved = answer.get("approved")
         if approved is None:
@@ -360,9 +421,25 @@ class Interaction(models.Model):
         return "decision", names[approved]
 
     @property
+    def by_expiry(self) -> bool:
+        """Its decision is the team's declared expiry policy's (a deny), no person's."""
+        return self.answered_via == "expiry" and self.answered_by_id is None
+
+    @property
+    def expiry_words(self) -> str:
+        """Why it expired: 'no one answered within 4 h'. A deny sent it as its reason; a
+        question only marked expired says its agent's expiry as it is now."""
+        reason = self.reason if self.by_expiry and self.reason else ""
+        if not reason:
+            reason = self.task.agent.expiry_reason
+        return reason[:1].lower() + reason[1:]
+
+    @property
     def sent(self) -> str:
         """'Approve was sent at 10:02 by alice'."""
         who = self.answered_by.get_username() if self.answered_by else "someone"
+        if self.by_expiry:
+            who = "the team's expiry policy"
         when = time_format(timezone.localtime(self.answered_at), "H:i") if self.answered_at else ""
         name = self.decision_name
         return f"{name[:1].upper()}{name[1:]} was sent at {when} by {who}"
@@ -372,16 +449,26 @@ class Interaction(models.Model):
         """'Approved by alice, 10:02' and the like, once someone answers."""
         if self.state == self.State.DISMISSED:
             return self.dismissal
+        if self.state == self.State.OPEN and self.expired_at is not None:
+            return f"Expired: {self.expiry_words}"
+        if self.by_expiry and self.state == self.State.ANSWERED:
+            return f"{'Cancelled' if self.kind == self.Kind.CONNECTION else 'Denied'}: " + (
+                self.expiry_words
+            )
         who = self.answered_by.get_username() if self.answered_by else "someone"
         if self.unconfirmed:
             return f"{self.sent}; the agent has not confirmed yet"
         if self.state == self.State.ANSWERING:
             return f"Being answered by {who} right now"
+        if self.state == self.State.HELD:
+            return f"Being answered by {who}: sending in a few seconds"
         if self.state == self.State.CLOSED and self.answer is not None:
             return f"{self.sent}; the agent moved on"
         when = time_format(timezone.localtime(self.answered_at), "H:i") if self.answered_at else ""
         approved = (self.answer or {}).get("approved")
-        if approved is None:
+        if self.kind == self.Kind.CHECK:
+            done = "Checked"
+        elif approved is None:
             done = "Answered"
         elif self.kind == self.Kind.CONNECTION:
             done = "Connected" if approved else "Cancelled"

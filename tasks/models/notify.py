@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 
+from tasks.models.sealed import SealedTextField
 from tasks.wire.stored_json import StoredJSONDecoder
 
 PRIVATE_HELP = (
@@ -40,12 +42,20 @@ class NotificationChannel(models.Model):
     team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="notification_channels")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     # The webhook URL or the email address. A Slack URL is a credential: never displayed whole.
-    target = models.CharField(max_length=2000)
+    target = SealedTextField()
     # Standard Webhooks secret (whsec_…) for a signed webhook; shown once, when made.
-    signing_secret = models.CharField(max_length=200, blank=True)
+    signing_secret = SealedTextField(blank=True)
     remind_after = models.DurationField(
         null=True, blank=True, help_text="remind while still open after this long (at most 3)"
     )
+    # An escalation channel: told only of questions still open this long after they opened
+    # (`interaction.escalated`, once per round), not of every opening.
+    escalate_after = models.DurationField(
+        null=True, blank=True, help_text="tell this channel only of questions still open this long"
+    )
+    # The Slack app's signing secret: set, Slack's button clicks on this channel's messages
+    # come back to /slack/<id>/interactions and decide (notify/slack_clicks.py). Never shown.
+    slack_signing_secret = SealedTextField(blank=True)
     # Off unless whoever made it said so: then it may post to loopback, private, link-local
     # and other non-public addresses (tasks/notify/targets.py).
     allow_private = models.BooleanField(
@@ -89,6 +99,7 @@ class Notification(models.Model):
         OPENED = "interaction.opened", "opened"
         REMINDER = "interaction.reminder", "reminder"
         RESOLVED = "interaction.resolved", "resolved"
+        ESCALATED = "interaction.escalated", "escalated"
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -145,3 +156,46 @@ class Notification(models.Model):
         """The same for every attempt, so a receiver can drop a repeat (`webhook-id`)."""
         suffix = f".{self.reminder}" if self.kind == self.Kind.REMINDER else ""
         return f"onl_{self.interaction_id}_{self.round}_{self.get_kind_display()}{suffix}"
+
+
+class SlackMember(models.Model):
+    """A Slack member linked to an Onlooker account: their clicks decide as that person,
+    with that person's permissions. Made by the member themselves, logged in to Onlooker,
+    from a link Slack showed only them (`SlackLinkRequest`)."""
+
+    slack_team_id = models.CharField(max_length=40)
+    slack_user_id = models.CharField(max_length=40)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_members"
+    )
+    linked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slack_team_id", "slack_user_id"], name="unique_slack_member"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slack_team_id}/{self.slack_user_id} → {self.user_id}"
+
+
+class SlackLinkRequest(models.Model):
+    """The one-time link offered to a Slack member not linked yet: its token kept as a
+    digest, good for one POST within `LIFETIME`."""
+
+    LIFETIME = timedelta(minutes=15)
+
+    token_digest = models.CharField(max_length=64, unique=True)
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE)
+    slack_team_id = models.CharField(max_length=40)
+    slack_user_id = models.CharField(max_length=40)
+    # What Slack calls them, to show on the page that links them ("Link Slack member @bob").
+    slack_name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"link {self.slack_team_id}/{self.slack_user_id}"

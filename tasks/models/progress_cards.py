@@ -78,6 +78,22 @@ class ProgressCard(models.Model):
         return [states.uncertain_words(effect) for effect in self.uncertain]
 
     @property
+    def uncertain_items(self) -> list[dict]:
+        """Each uncertain effect as the card says it: its words, whether a person still has
+        to check it (`needs_check`), and who did (`checked`: "Checked by alice, 10:02")."""
+        facts = self.facts or {}
+        unchecked = set(facts.get("unchecked", []))
+        checked = facts.get("checked", {})
+        return [
+            {
+                "words": states.uncertain_words(effect),
+                "needs_check": effect in unchecked,
+                "checked": checked.get(effect, "") if isinstance(checked, dict) else "",
+            }
+            for effect in self.uncertain
+        ]
+
+    @property
     def telemetry(self) -> dict | None:
         return (self.facts or {}).get("telemetry")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 
 from tasks.models import states
 from tasks.models.agents import Agent
@@ -58,11 +58,16 @@ class Session(models.Model):
         of interactions derives this (sessions/changes.derive, under the session's row lock)
         before saving the session, so the flag the screens sort and count by never outlives
         the question. `waiting`: that interaction (or None), when the caller read it for many
-        sessions at once (sessions/changes.read_all)."""
+        sessions at once (sessions/changes.read_all).
+
+        An open check (an uncertain effect a person must look at) needs a person too, but
+        asks nothing of the agent's task: the state stays the newest task's. Checks come
+        last in NEWEST_OPEN_ORDER, so the interaction returned is a check only when no
+        question is open."""
         if waiting is NOT_READ:
             waiting = next(iter(_NEWEST_OPEN_INTERACTION(self.pk)), None)
         self.needs_human = waiting is not None
-        if waiting is not None:
+        if waiting is not None and waiting.kind != Interaction.Kind.CHECK:
             self.state = waiting.task_state
         elif tasks:
             self.state = tasks[0].state
@@ -78,7 +83,12 @@ class Session(models.Model):
 # A session's newest open interaction, with its task's state (`task_state`): read by every
 # derive (runtime/prepared.py says why it is prepared); sessions/changes.read_all reads the same
 # for many.
-NEWEST_OPEN_ORDER = ("-opened_at", "-id")
+NEWEST_OPEN_ORDER = (
+    # What the agent waits on first; checks (which it does not wait on) after them.
+    Case(When(kind=Interaction.Kind.CHECK, then=Value(1)), default=Value(0)).asc(),
+    "-opened_at",
+    "-id",
+)
 _NEWEST_OPEN_INTERACTION = Prepared(
     lambda session_id: (
         Interaction.objects.filter(task__session_id=session_id, state=Interaction.State.OPEN)
@@ -118,6 +128,9 @@ class SessionText(models.Model):
     agent = models.TextField(blank=True)
     plan = models.TextField(blank=True)
     note = models.TextField(blank=True)
+    # Every other word an agent said in the session (notes since replaced, receipts, artifact
+    # names), so a search finds what it said earlier too.
+    said = models.TextField(blank=True, default="", db_default="")
 
     def __str__(self) -> str:
         return f"search text of session {self.session_id}"

@@ -69,6 +69,19 @@ _INTERRUPTED = {
 }
 ANSWER_SENT = Shown("Answer sent", INFO)
 NO_STATE = Shown("No state yet", NEUTRAL)
+# A task an agent completed after a person said no (the demo's deploy, denied, ends COMPLETED:
+# the build stands, production untouched) did not do what was asked: it ends as the denial,
+# not as a green "Done".
+_REFUSED = {
+    "approval": Shown("Denied", DANGER, finished=True),
+    "connection": Shown("Declined", DANGER, finished=True),
+}
+
+
+def refused(kind: str, answer: object) -> Shown | None:
+    """How a completed session ends whose last decision (of `kind`, `answer`) said no."""
+    said_no = isinstance(answer, dict) and answer.get("approved") is False
+    return _REFUSED.get(kind) if said_no else None
 
 
 def shown(state: str, *, asking: str | None = None, answered: bool = False) -> Shown:
@@ -90,6 +103,8 @@ def of_facts(facts: dict | None) -> Shown:
     """A state from a card's facts (sessions/progress_card.from_session writes them): its
     state, the open question's kind, whether an answer went."""
     facts = facts or {}
+    if facts.get("state") == TaskState.COMPLETED and facts.get("refused") in _REFUSED:
+        return _REFUSED[facts["refused"]]
     question = facts.get("question") or {}
     return shown(
         facts.get("state", ""),

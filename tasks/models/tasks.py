@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from tasks.models import states
@@ -48,3 +49,23 @@ class Task(models.Model):
     @property
     def shown_timestamp(self):
         return self.status_timestamp or self.status_received_at
+
+
+class TaskStart(models.Model):
+    """Who started a task from Onlooker's composer (answering/talking.py writes it once the
+    agent names the task): kept apart from `Task`, which only the applier writes, and by the
+    task's id, as the agent's push may create the task before or after its reply names it.
+    An agent with `no_self_approval` asks someone else to approve what that task asks."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="task_starts")
+    task_id = models.CharField(max_length=200)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "task_id"], name="unique_task_start")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} started by {self.started_by_id}"

@@ -19,6 +19,7 @@ class TimelineEntry(models.Model):
         ANSWER = "answer"  # a person's decision reached the agent, or a question was dismissed
         CARD = "card"  # the card got a new revision
         ARTIFACT = "artifact"  # a new artifact version arrived
+        CANCEL = "cancel"  # a person asked the agent to cancel a task (actor: who)
 
     session = models.ForeignKey("tasks.Session", on_delete=models.CASCADE, related_name="timeline")
     task = models.ForeignKey("tasks.Task", null=True, blank=True, on_delete=models.CASCADE)

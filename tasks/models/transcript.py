@@ -58,6 +58,9 @@ class Message(models.Model):
     message_id = models.CharField(max_length=200, blank=True)
     role = models.CharField(max_length=20, choices=Role.choices)
     text = models.TextField()
+    # `text` as the page shows it: an agent's markdown rendered and sanitized once, when the
+    # message is written, by the card's sanitizer (empty: shown as plain text).
+    html = models.TextField(blank=True, default="")
     at = models.DateTimeField()
     # True when the agent gave no time and `at` is when Onlooker received it.
     estimated_time = models.BooleanField(default=False)

@@ -3,7 +3,10 @@ secret shown once; afterwards only whether it is on and how often it reminds may
 their outbox (read only: the sender alone changes it). Neither ever shows a channel's signing
 secret, nor a webhook's path (often its credential): `shown_target`, and errors through
 `seen.shown_error`. A channel's page alone shows its last error as the receiver said it
-(which the team never sees). Registered by tasks/admin.py importing this module."""
+(which the team never sees). A Slack channel's app signing secret is typed, never shown
+back; with one, the page shows the interactions URL to paste into the Slack app. Slack
+members linked to accounts can be looked at and unlinked (deleted), not changed. Registered
+by tasks/admin.py importing this module."""
 
 from __future__ import annotations
 
@@ -14,13 +17,22 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from tasks.models.notify import PRIVATE_HELP, Notification, NotificationChannel
+from tasks.models.notify import PRIVATE_HELP, Notification, NotificationChannel, SlackMember
 from tasks.notify import channels as notify_channels
 from tasks.notify import seen
 
 
 def _when(at) -> str:
     return date_format(timezone.localtime(at), "DATETIME_FORMAT") if at else "—"
+
+
+BOTH = "Set a new Slack signing secret, or remove it: not both."
+SLACK_SECRET_HELP = (
+    "Slack channels only: the Slack app's signing secret (Basic Information → App "
+    "Credentials). With it, messages get Approve/Deny buttons whose clicks decide as the "
+    "linked person; paste the interactions URL shown on the channel's page into the app's "
+    "Interactivity settings. Never shown back."
+)
 
 
 class AddChannelForm(forms.Form):
@@ -40,6 +52,13 @@ class AddChannelForm(forms.Form):
     allow_private = forms.BooleanField(
         required=False, label="Allow a private address", help_text=PRIVATE_HELP
     )
+    slack_signing_secret = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Slack signing secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text=SLACK_SECRET_HELP,
+    )
 
 
 class ChannelChangeForm(forms.ModelForm):
@@ -56,6 +75,21 @@ class ChannelChangeForm(forms.ModelForm):
         ),
     )
 
+    # Not the model field's name: the admin would copy an empty one onto the channel.
+    new_slack_signing_secret = forms.CharField(
+        required=False,
+        max_length=200,
+        label="New Slack signing secret",
+        # Write only: the page never holds the secret, and empty keeps the one set.
+        widget=forms.PasswordInput(render_value=False),
+        help_text=SLACK_SECRET_HELP + " Leave empty to keep the one set.",
+    )
+    remove_slack_signing_secret = forms.BooleanField(
+        required=False,
+        label="Remove the Slack signing secret",
+        help_text="Its buttons stop deciding: clicks are refused from now on.",
+    )
+
     class Meta:
         model = NotificationChannel
         fields = ("enabled", "allow_private", "remind_after")
@@ -66,6 +100,24 @@ class ChannelChangeForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         interval = self.instance.remind_after if self.instance.pk else None
         self.initial["remind_after"] = _interval_text(interval)
+
+    def clean(self):
+        data = super().clean()
+        secret = (data.get("new_slack_signing_secret") or "").strip()
+        if data.get("remove_slack_signing_secret"):
+            if secret:
+                raise forms.ValidationError(BOTH)
+            self.instance.slack_signing_secret = ""
+        elif secret:
+            if self.instance.kind != NotificationChannel.Kind.SLACK:
+                raise forms.ValidationError("Only a Slack channel has a Slack signing secret.")
+            try:
+                self.instance.slack_signing_secret = notify_channels.check_slack_signing_secret(
+                    secret
+                )
+            except notify_channels.ChannelError as error:
+                self.add_error("new_slack_signing_secret", str(error))
+        return data
 
     def clean_remind_after(self):
         text = self.cleaned_data["remind_after"].strip()
@@ -112,6 +164,9 @@ class NotificationChannelAdmin(admin.ModelAdmin):
         "allow_private",
         "enabled",
         "remind_after",
+        "new_slack_signing_secret",
+        "remove_slack_signing_secret",
+        "interactions_url",
         "created_at",
         "last_success",
         "last_error_shown",
@@ -121,6 +176,7 @@ class NotificationChannelAdmin(admin.ModelAdmin):
         "team",
         "kind",
         "goes_to",
+        "interactions_url",
         "created_at",
         "last_success",
         "last_error_shown",
@@ -133,6 +189,16 @@ class NotificationChannelAdmin(admin.ModelAdmin):
     @admin.display(description="goes to")
     def goes_to(self, channel: NotificationChannel) -> str:
         return channel.shown_target
+
+    @admin.display(description="interactions URL")
+    def interactions_url(self, channel: NotificationChannel) -> str:
+        # Where Slack posts clicks: no secret (the signing secret is what authenticates them).
+        url = notify_channels.interactions_url(channel)
+        if url:
+            return url
+        if channel.kind == NotificationChannel.Kind.SLACK:
+            return "— (set the Slack signing secret for buttons that decide)"
+        return "—"
 
     @admin.display(description="reminders")
     def reminders(self, channel: NotificationChannel) -> str:
@@ -176,6 +242,7 @@ class NotificationChannelAdmin(admin.ModelAdmin):
                     data["target"],
                     remind_after=interval,
                     allow_private=data["allow_private"],
+                    slack_signing_secret=data["slack_signing_secret"],
                 )
             except notify_channels.ChannelError as error:
                 form.add_error(None, str(error))
@@ -183,7 +250,10 @@ class NotificationChannelAdmin(admin.ModelAdmin):
                 channel = added.channel
                 self.log_addition(request, channel, [{"added": {}}])
                 if added.signing_secret is None:
-                    self.message_user(request, f"Added the channel {channel}.")
+                    said = f"Added the channel {channel}."
+                    if added.interactions_url:
+                        said += f" Its Slack app's interactions URL: {added.interactions_url}"
+                    self.message_user(request, said)
                     return redirect("admin:tasks_notificationchannel_changelist")
                 return self._secret_once(request, channel, added.signing_secret)
         context = {
@@ -262,3 +332,22 @@ class NotificationAdmin(admin.ModelAdmin):
     @admin.display(description="last error")
     def error_shown(self, notification: Notification) -> str:
         return seen.shown_error(notification.channel, notification.last_error) or "—"
+
+
+@admin.register(SlackMember)
+class SlackMemberAdmin(admin.ModelAdmin):
+    """Slack members linked to accounts (answering/slack_members.py): each links itself, from
+    Slack; an administrator may only remove a link (a member who linked the wrong account,
+    or an account that should no longer decide from Slack)."""
+
+    list_display = ("slack_team_id", "slack_user_id", "user", "linked_at")
+    list_filter = ("slack_team_id",)
+    search_fields = ("slack_user_id", "user__username")
+    list_select_related = ("user",)
+    readonly_fields = ("slack_team_id", "slack_user_id", "user", "linked_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
+from django.urls import reverse
 
 from tasks.models.notify import NotificationChannel
 from tasks.notify import targets
@@ -42,17 +43,43 @@ class Added:
     # Shown once, to the person who made the channel: Onlooker never displays it again.
     signing_secret: str | None
 
+    @property
+    def interactions_url(self) -> str | None:
+        """Where Slack posts the clicks on this channel's buttons, for the Slack app's
+        Interactivity settings; None unless the channel has the app's signing secret."""
+        return interactions_url(self.channel)
 
-def parse_interval(text: str) -> timedelta:
-    """ "15m", "1h", "1h30m", "90s", "2d" → a timedelta within the allowed range."""
+
+def interactions_url(channel: NotificationChannel) -> str | None:
+    if channel.kind != Kind.SLACK or not channel.slack_signing_secret:
+        return None
+    path = reverse("slack-interactions", args=(channel.pk,))
+    return settings.ONLOOKER_PUBLIC_URL.rstrip("/") + path
+
+
+def check_slack_signing_secret(secret: str) -> str:
+    """A Slack app's signing secret as Slack shows it (hex), refused when it cannot be one."""
+    secret = secret.strip()
+    if not re.fullmatch(r"[0-9A-Za-z]{16,128}", secret):
+        raise ChannelError(
+            "a Slack signing secret is the letters and digits Slack shows under Basic "
+            "Information → App Credentials → Signing Secret"
+        )
+    return secret
+
+
+def parse_interval(
+    text: str, *, longest: timedelta = LONGEST_REMINDER, what: str = "a reminder interval"
+) -> timedelta:
+    """ "15m", "1h", "1h30m", "90s", "2d" → a timedelta from 1 minute to `longest`."""
     cleaned = text.strip().replace(" ", "")
     parts = _DURATION.findall(cleaned)
     if not cleaned or "".join(n + u for n, u in parts).lower() != cleaned.lower():
         raise ChannelError(f"{text!r} is not a duration: write e.g. 15m, 1h or 1h30m")
     # Compared as a number first: "99999999999d" is past what a timedelta can hold.
     seconds = sum(int(n) * _UNIT[u.lower()] for n, u in parts)
-    if not SHORTEST_REMINDER.total_seconds() <= seconds <= LONGEST_REMINDER.total_seconds():
-        raise ChannelError("a reminder interval is between 1 minute and 7 days")
+    if not SHORTEST_REMINDER.total_seconds() <= seconds <= longest.total_seconds():
+        raise ChannelError(f"{what} is between 1 minute and {longest.days} days")
     return timedelta(seconds=seconds)
 
 
@@ -101,9 +128,17 @@ def add(
     *,
     remind_after: timedelta | None = None,
     allow_private: bool = False,
+    escalate_after: timedelta | None = None,
+    slack_signing_secret: str = "",
 ) -> Added:
     """A new channel for the team (made if missing). A signed webhook gets a new secret.
-    `allow_private` lets a webhook or Slack channel post to a non-public address."""
+    `allow_private` lets a webhook or Slack channel post to a non-public address;
+    `escalate_after` makes it an escalation channel; `slack_signing_secret` (a Slack
+    channel's app) lets its buttons decide."""
+    if slack_signing_secret:
+        if kind != Kind.SLACK:
+            raise ChannelError("only a Slack channel has a Slack signing secret")
+        slack_signing_secret = check_slack_signing_secret(slack_signing_secret)
     for text in (team_name, target):
         try:
             text.encode()
@@ -139,5 +174,7 @@ def add(
         signing_secret=secret or "",
         remind_after=remind_after,
         allow_private=allow_private and kind != Kind.EMAIL,
+        escalate_after=escalate_after,
+        slack_signing_secret=slack_signing_secret,
     )
     return Added(channel, secret)

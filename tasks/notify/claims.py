@@ -9,12 +9,16 @@ the row as claimed.
 Per channel and per interaction round, in order:
 - an opening still pending when its resolution is already queued is skipped (nobody needs
   "needs approval" for what is answered), and so is that resolution;
-- a resolution waits until its opening was sent, and is skipped if the opening was skipped
-  or given up on;
-- a reminder is sent only while the interaction is still open in that round and after its
-  opening was sent, and only the latest one due (a sender that was down for hours sends one
-  reminder, not three at once); a reminder that fell due before its opening went out is
-  skipped (the opening said how long it has waited).
+- a resolution waits until its opening (on an escalation channel: its escalation) was
+  sent, and is skipped if that was skipped or given up on;
+- a reminder is sent only while the interaction is still open in that round and not
+  expired (an expired question stops reminding), and after its opening was sent, and only
+  the latest one due (a sender that was down for hours sends one reminder, not three at
+  once); a reminder that fell due before its opening went out is skipped (the opening said
+  how long it has waited);
+- an escalation is sent only while the interaction is still open in that round and not
+  expired: a question answered (or expired) before its escalation fell due escalates to no
+  one.
 
 A channel whose failed row waits for its retry has nothing due until then: what was queued
 for it since waits as long (its rows go in order).
@@ -142,11 +146,24 @@ def _event(row: Notification, kind: str):
     )
 
 
+def _still_waiting(row: Notification) -> bool:
+    """Whether the row's interaction is still open in the row's round, and not expired."""
+    return Interaction.objects.filter(
+        pk=row.interaction_id,
+        state=Interaction.State.OPEN,
+        round=row.round,
+        expired_at__isnull=True,
+    ).exists()
+
+
 def _verdict(row: Notification, now: datetime) -> str:
     """send, skip or wait (see the module's docstring)."""
     if row.kind == Kind.OPENED:
         return "skip" if _event(row, Kind.RESOLVED).exists() else "send"
-    opening = _event(row, Kind.OPENED).first()
+    if row.kind == Kind.ESCALATED:
+        return "send" if _still_waiting(row) else "skip"
+    # What the channel heard begin: the opening, or on an escalation channel the escalation.
+    opening = _event(row, Kind.OPENED).first() or _event(row, Kind.ESCALATED).first()
     if opening is None:
         return "skip"
     if row.kind == Kind.RESOLVED:
@@ -169,9 +186,7 @@ def _verdict(row: Notification, now: datetime) -> str:
                 return "wait"
         return "skip" if _skip(opening, now) else "wait"
     # A reminder.
-    interaction = Interaction.objects.filter(pk=row.interaction_id).values("state", "round")
-    interaction = interaction.first()
-    if interaction is None or interaction != {"state": Interaction.State.OPEN, "round": row.round}:
+    if not _still_waiting(row):
         return "skip"
     if opening.state != State.SENT or (opening.sent_at and opening.sent_at >= row.due_at):
         return "skip"

@@ -5,8 +5,12 @@ twice (one row per event per channel).
 
 An opening queues, per channel of the session's team, the opening and (when the channel
 reminds) its reminders, each due one interval later; the sender drops a reminder whose
-interaction is no longer open in that round. A resolution is queued only where the opening
-was queued: a channel hears the end of what it heard begin.
+interaction is no longer open in that round, or has expired. An escalation channel
+(`escalate_after`) hears of none of that: it gets one escalation per round, due that long
+after the round opened, which the sender drops unless the interaction is still open in that
+round (and not expired) when it comes due. A resolution is queued only where the opening was
+queued, or the escalation may have gone out: a channel hears the end of what it heard begin
+(the sender drops a resolution whose escalation was not sent).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from datetime import datetime
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 
 from tasks.models import Agent, Interaction, Session
 from tasks.models.notify import Notification, NotificationChannel
+from tasks.notify import answer_links
 
 Kind = Notification.Kind
 
@@ -82,9 +88,14 @@ def opened(interaction: Interaction, session: Session, agent: Agent, *, at: date
     # As stored now: a reopen moved the round and dropped the decision in the database only.
     interaction = Interaction.objects.select_related("task", "answered_by").get(pk=interaction.pk)
     payload = _payload(interaction, session, agent)
+    payload["actions"] = answer_links.actions(interaction)
     rows = []
     for channel in channels:
         event = (channel.pk, interaction.pk, interaction.round)
+        if channel.escalate_after:
+            due = at + channel.escalate_after
+            rows.append(_row(*event, Kind.ESCALATED, payload, at=at, due=due))
+            continue
         rows.append(_row(*event, Kind.OPENED, payload, at=at, due=at))
         if channel.remind_after:
             for n in range(1, NotificationChannel.MAX_REMINDERS + 1):
@@ -100,10 +111,7 @@ def resolved(closed: Iterable[tuple[int, int]], *, at: datetime) -> int:
     rounds = dict(closed)
     if not rounds:
         return 0
-    told = Notification.objects.filter(
-        kind=Kind.OPENED, interaction_id__in=list(rounds)
-    ).values_list("interaction_id", "round", "channel_id")
-    told = [(pk, r, channel) for pk, r, channel in told if rounds[pk] == r]
+    told = _told(rounds, at)
     if not told:
         return 0
     interactions = Interaction.objects.select_related(
@@ -120,6 +128,22 @@ def resolved(closed: Iterable[tuple[int, int]], *, at: datetime) -> int:
     return len(rows)
 
 
+def _told(rounds: dict[int, int], at: datetime) -> list[tuple[int, int, int]]:
+    """(interaction pk, round, channel) of each channel that heard these rounds begin, or may
+    be hearing it now: an opening queued, or an escalation sent or due (a sender may be
+    sending it this moment; claims.py waits for it, and drops the resolution unless it went
+    out). An escalation not due yet never goes out: the sender drops it, as the round is
+    over by then."""
+    heard = Q(kind=Kind.OPENED) | Q(
+        Q(state=Notification.State.SENT) | Q(state=Notification.State.PENDING, due_at__lte=at),
+        kind=Kind.ESCALATED,
+    )
+    told = Notification.objects.filter(heard, interaction_id__in=list(rounds)).values_list(
+        "interaction_id", "round", "channel_id"
+    )
+    return [(pk, r, channel) for pk, r, channel in told if rounds[pk] == r]
+
+
 def resolution(interaction: Interaction) -> dict:
     """How it ended, for people: who decided what, or that the agent or a person closed it."""
     State = Interaction.State
@@ -127,6 +151,15 @@ def resolution(interaction: Interaction) -> dict:
     if interaction.state == State.DISMISSED:
         who = interaction.dismissed_by.get_username() if interaction.dismissed_by else None
         return {"state": "dismissed", "by": who, "text": f"Dismissed by {who or 'someone'}."}
+    if interaction.by_expiry:
+        # The team's declared expiry policy denied it: no person did.
+        answered = interaction.state == State.ANSWERED
+        what = "denied" if answered else "a deny was sent"
+        return {
+            "state": "answered" if answered else "closed",
+            "by": None,
+            "text": f"Expired: {interaction.expiry_words}; {what} on the team's behalf.",
+        }
     if interaction.state == State.ANSWERED:
         return {
             "state": "answered",

@@ -1,8 +1,9 @@
 """The push receiver: `POST /a2a/push/<endpoint id>/`.
 
 Order of checks: known endpoint (404), size (413), credentials (401, before anything is
-parsed), content type (415), webhook-id (400), body (400). A refused request stores nothing
-but a count on the agent's `Refusal` row. An accepted one is committed (a pending `Delivery`,
+parsed), a task's endpoint past its grace once the task ended (401), content type (415),
+webhook-id (400), body (400). A refused request stores nothing but a count on the agent's
+`Refusal` row. An accepted one is committed (a pending `Delivery`,
 deliveries.py) before the 2xx goes out, and applied after by the applier (applier.py):
 `200 {"outcome": "accepted" | "duplicate", "delivery": id}`. One that could not be committed
 is a 503 (Standard Webhooks senders retry a 5xx), never a 2xx.
@@ -17,11 +18,13 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from standardwebhooks import Webhook
@@ -98,6 +101,7 @@ def _handle_push(
     try:
         body = _body(headers, read_body)
         _authenticate(endpoint.agent, endpoint, headers, body)
+        _check_not_ended(endpoint)
         _check_content_type(headers)
         _check_webhook_id(headers)
         try:
@@ -190,6 +194,31 @@ def _authenticate(
     if authorization or token:
         detail = "the push credentials do not match this endpoint"
     raise Refused(401, "unauthenticated", "unauthenticated", detail)
+
+
+def _check_not_ended(endpoint: PushEndpoint) -> None:
+    """A task's own endpoint is refused once its task ended more than
+    ONLOOKER_PUSH_TOKEN_GRACE_SECONDS ago (answering/push_configs.py marks `ended_at`): late
+    and retried pushes still land within the grace, a leaked token does not live for ever.
+    The agent's own endpoint (no task) never ends. Checked after the credentials, so only a
+    sender that holds them learns the task ended.
+
+    `ended_at` comes with the endpoint `_endpoint` may have cached, and the clock is read
+    here: a cached endpoint whose end is known is refused on time; only an end marked after
+    it was cached is seen up to ONLOOKER_ENDPOINT_CACHE_SECONDS late."""
+    if endpoint.ended_at is None or not endpoint.task_id:
+        return
+    grace = timedelta(seconds=settings.ONLOOKER_PUSH_TOKEN_GRACE_SECONDS)
+    if timezone.now() - endpoint.ended_at <= grace:
+        return
+    ended = endpoint.ended_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    raise Refused(
+        401,
+        "token_expired",
+        "token expired",
+        f"this task's push token expired: the task ended at {ended}, and its token is "
+        f"accepted for {settings.ONLOOKER_PUSH_TOKEN_GRACE_SECONDS} s after",
+    )
 
 
 def _verify_signature(secrets: list[str], all_headers: Mapping[str, str], body: bytes) -> None:

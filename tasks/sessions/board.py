@@ -5,7 +5,7 @@ counts. The pages render it; the board endpoint sends the same thing to a reconn
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from urllib.parse import urlencode
 
@@ -13,9 +13,11 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from tasks.models import TERMINAL_STATES, Agent, Interaction, Session, TaskState
+from tasks.models import TERMINAL_STATES, Agent, Decision, Interaction, Session, TaskState
 from tasks.notify import seen
-from tasks.sessions import activity, fragments, listing, search
+from tasks.sessions import activity, decision_record, fragments, listing, search
+from tasks.sessions.progress_card import strip_invisible
+from tasks.wire.json_safety import cut
 from tasks.wire.numbers import whole_number
 
 OVERVIEW_LIMIT = 300
@@ -201,7 +203,7 @@ def _with_fragments(sessions: QuerySet[Session]) -> QuerySet[Session]:
 def sidebar(user) -> list[str]:
     """The sidebar's rows, as stored HTML (fragments.py): never archived sessions."""
     visible = _with_fragments(live(user))
-    return [fragments.one(s, "sidebar") for s in attention_order(visible)[:SIDEBAR_LIMIT]]
+    return fragments.many(list(attention_order(visible)[:SIDEBAR_LIMIT]), "sidebar")
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ class Tiles:
     html: list[str]
     total: int  # how many sessions match in all, on every page
     next: str | None  # the cursor of the page after this one
+    # With `split_finished`: the page's finished sessions, apart from `html` (the rest).
+    finished: list[str] = field(default_factory=list)
 
 
 def tiles(
@@ -217,16 +221,25 @@ def tiles(
     *,
     include_waiting: bool = True,
     before: listing.Position | None = None,
+    split_finished: bool = False,
 ) -> Tiles:
     """One page of the monitoring screen's tiles (at most OVERVIEW_LIMIT, after `before`), as
     stored HTML. Without `include_waiting`, sessions that need a person are left out: the
     screen lists them above the tiles (`waiting`), and one session shown twice pushes the
-    tiles below the fold."""
+    tiles below the fold. With `split_finished`, the page's finished sessions come apart
+    (`finished`): the screen shows them as one-line rows under the tiles of the rest, in
+    the same order, so a page still ends where its cursor says."""
     shown = live(user, filters)
     if not include_waiting:
         shown = shown.filter(needs_human=False)
     chosen, following = listing.page(_with_fragments(shown), "attention", before, OVERVIEW_LIMIT)
-    return Tiles([fragments.one(s, "tile") for s in chosen], shown.count(), following)
+    rendered = zip(chosen, fragments.many(chosen, "tile"), strict=True)
+    going: list[str] = []
+    ended: list[str] = []
+    for session, html in rendered:
+        finished = split_finished and session.state in TERMINAL_STATES
+        (ended if finished else going).append(html)
+    return Tiles(going, shown.count(), following, ended)
 
 
 @dataclass(frozen=True)
@@ -278,11 +291,7 @@ def waiting(user, filters: Filters = NO_FILTERS) -> list[Interaction]:
     rows = filters.apply(Interaction.objects.all(), to="task__session__")
     found = activity.questions(
         rows.filter(
-            state__in=[
-                Interaction.State.OPEN,
-                Interaction.State.ANSWERING,
-                Interaction.State.SENT,
-            ],
+            state__in=Interaction.LISTED,
             task__agent__in=Agent.objects.visible_to(user),
         )
         .select_related("task__session__agent", "answered_by")
@@ -291,4 +300,82 @@ def waiting(user, filters: Filters = NO_FILTERS) -> list[Interaction]:
         .order_by("opened_at", "id")[:WAITING_LIMIT]
     )
     seen.attach(found)
+    return found
+
+
+# -- recently decided: the monitoring screen's strip ----------------------------------------
+
+DECIDED_LIMIT = 5
+DECIDED_PROMPT_CHARS = 120
+Made = Decision.Made
+# What a row of the record says, in words and a pill's tone (onlooker.css): a denial is never
+# drawn in the colour of a success.
+_MADE = {
+    Made.APPROVE: ("Approved", "ok"),
+    Made.CONNECT: ("Connected", "ok"),
+    Made.CHECKED: ("Checked", "ok"),
+    Made.ANSWER: ("Answered", "info"),
+    Made.DENY: ("Denied", "danger"),
+    Made.DECLINE: ("Declined", "danger"),
+}
+_SHOWN_MADE = list(_MADE)  # not dismissals, nor the marks of an expiry passing
+# What a decision was about once its session (and question) is deleted: the record keeps
+# the kind, not the words.
+_UNNAMED = {
+    Interaction.Kind.APPROVAL: "An approval",
+    Interaction.Kind.CONNECTION: "A connection",
+    Interaction.Kind.CHECK: "A check",
+}
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One decision as the strip shows it: what was asked, what was made, by whom, when."""
+
+    made: str
+    tone: str
+    what: str
+    by: str  # a username; "" for the team's expiry policy
+    at: datetime
+    reason: str
+    session_id: int | None  # when the person may still open the session
+
+
+def recently_decided(user, limit: int = DECIDED_LIMIT) -> list[Decided]:
+    """The last decisions of the record this person may read (decision_record.visible), newest
+    first, with the question each was about (the interaction, while it is kept) and a link to
+    its session while they may see it. Three queries, whatever the limit."""
+    rows = list(
+        decision_record.visible(user)
+        .filter(decision__in=_SHOWN_MADE)
+        .order_by("-at", "-id")
+        .only("interaction_pk", "session_pk", "kind", "decision", "by", "at", "reason")[:limit]
+    )
+    prompts = dict(
+        Interaction.objects.filter(pk__in=[r.interaction_pk for r in rows]).values_list(
+            "pk", "prompt"
+        )
+    )
+    openable = set(
+        Session.objects.visible_to(user)
+        .filter(pk__in=[r.session_pk for r in rows])
+        .values_list("pk", flat=True)
+    )
+    found = []
+    for row in rows:
+        made, tone = _MADE[row.decision]
+        prompt = strip_invisible(prompts.get(row.interaction_pk) or "").strip()
+        if row.kind == Interaction.Kind.CHECK and prompt.startswith("Check: "):
+            prompt = prompt[len("Check: ") :]  # the strip says "Checked" already
+        found.append(
+            Decided(
+                made=made,
+                tone=tone,
+                what=cut(prompt, DECIDED_PROMPT_CHARS) or _UNNAMED.get(row.kind, "A question"),
+                by=row.by,
+                at=row.at,
+                reason=cut(strip_invisible(row.reason), DECIDED_PROMPT_CHARS),
+                session_id=row.session_pk if row.session_pk in openable else None,
+            )
+        )
     return found

@@ -111,19 +111,20 @@ def derive(
     timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now.
     `card`: the session's card (or None), and `read`, what else it reads, when the caller
     read them under the lock."""
+    checks: Any = NOT_READ
     if read is None:
         # The newest turns hold everything the card shows.
         tasks = progress_card.recent_tasks(session)
         waiting = session.derive_state(tasks)
     else:
-        tasks = read.tasks
+        tasks, checks = read.tasks, read.checks
         waiting = session.derive_state(tasks, read.waiting)
     fields = ("state", "needs_human", "title")
     if updated_at is not None:
         session.updated_at = updated_at
         fields += ("updated_at",)
     prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
-    written = progress_card.from_session(session, tasks, question=waiting, card=card)
+    written = progress_card.from_session(session, tasks, question=waiting, card=card, checks=checks)
     card_written(session, written, timeline=timeline)
     return written
 
@@ -143,11 +144,13 @@ def card_written(
 
 @dataclass(frozen=True)
 class Read:
-    """What deriving a session reads: its newest tasks, newest first, and its newest open
-    interaction (with its task's state as `task_state`), or None."""
+    """What deriving a session reads: its newest tasks, newest first, its newest open
+    interaction (with its task's state as `task_state`), or None, and its open checks
+    (uncertain effects a person must look at: sessions/effect_checks.py)."""
 
     tasks: list[Task]
     waiting: Interaction | None
+    checks: list[Interaction]
 
 
 def read_all(session_ids: list[int]) -> dict[int, Read]:
@@ -171,9 +174,12 @@ def read_all(session_ids: list[int]) -> dict[int, Read]:
         .annotate(task_state=F("task__state"), session_of=F("task__session_id"))
         .order_by(*NEWEST_OPEN_ORDER)
     )
+    checks: dict[int, list[Interaction]] = {pk: [] for pk in session_ids}
     for interaction in open_ones:
         waiting.setdefault(interaction.session_of, interaction)  # the first is the newest
-    return {pk: Read(tasks[pk], waiting.get(pk)) for pk in session_ids}
+        if interaction.kind == Interaction.Kind.CHECK:
+            checks[interaction.session_of].append(interaction)
+    return {pk: Read(tasks[pk], waiting.get(pk), checks[pk]) for pk in session_ids}
 
 
 Changed = fragments.Changed

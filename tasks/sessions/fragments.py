@@ -19,15 +19,18 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.template.loader import render_to_string
 
 from tasks.live import broadcast
 from tasks.models import (
     NOT_READ,
     Agent,
+    Interaction,
     ProgressCard,
     Session,
     SessionFragments,
+    TaskState,
     progress_cards,
     states,
 )
@@ -63,6 +66,7 @@ def version() -> str:
     # state shown): the models the partials read beyond their fields.
     for module in (states, progress_cards, session_models):
         digest.update(Path(module.__file__).read_bytes())
+    digest.update(Path(__file__).read_bytes())  # and how this module words an ending
     return digest.hexdigest()[:16]
 
 
@@ -70,7 +74,44 @@ def _context(session: Session, card: ProgressCard | None) -> dict:
     # The state in words from the card read just now, never a card the session object may
     # hold from before the change.
     facts = card.facts if card is not None else None
-    return {"session": session, "card": card, "state": states.of_session(session.state, facts)}
+    shown = _ending(session) or states.of_session(session.state, facts)
+    return {"session": session, "card": card, "state": shown}
+
+
+def _decisions(session_ids) -> QuerySet:
+    """The decisions people made in these sessions, each session's last first (a check's mark
+    is not a decision on the work)."""
+    return (
+        Interaction.objects.filter(task__session_id__in=session_ids, answered_at__isnull=False)
+        .exclude(kind=Interaction.Kind.CHECK)
+        .order_by("task__session_id", "-answered_at", "-id")
+        .values_list("task__session_id", "kind", "answer")
+    )
+
+
+def _ending(session: Session) -> states.Shown | None:
+    """How a completed session ended when its last decision was a refusal; None otherwise.
+    Read with others' by `many`, else one query, for completed sessions only."""
+    if session.state != TaskState.COMPLETED:
+        return None
+    if hasattr(session, "ending_read"):
+        return session.ending_read
+    last = _decisions([session.pk]).first()
+    return states.refused(last[1], last[2]) if last else None
+
+
+def _read_endings(sessions: list[Session]) -> None:
+    """The endings of these sessions, in one query (`_ending` then reads them from each)."""
+    completed = {s.pk: s for s in sessions if s.state == TaskState.COMPLETED}
+    if not completed:
+        return
+    for session in completed.values():
+        session.ending_read = None
+    found: set[int] = set()
+    for session_id, kind, answer in _decisions(list(completed)):
+        if session_id not in found:  # its last decision
+            found.add(session_id)
+            completed[session_id].ending_read = states.refused(kind, answer)
 
 
 def _tile_card(context: dict, card_html: str | None = None) -> str:
@@ -104,6 +145,19 @@ def of(session: Session) -> dict[str, str]:
     return {key: one(session, key) for key in PARTIALS}
 
 
+def many(sessions: list[Session], key: str) -> list[str]:
+    """`one` fragment of each session: what is rendered now (stored by older templates, or
+    never) reads the endings it needs in one query for all, so a page costs the same queries
+    however many sessions it shows."""
+    _read_endings([s for s in sessions if not _stored_current(s)])
+    return [one(s, key) for s in sessions]
+
+
+def _stored_current(session: Session) -> bool:
+    stored = getattr(session, "fragments", None)  # a missing one-to-one row reads as None
+    return stored is not None and stored.version == version()
+
+
 def one(session: Session, key: str) -> str:
     """One fragment to show: the stored one, or (stored by older templates, or never)
     rendered now. Load `session` with select_related("fragments", "card", "agent")."""
@@ -130,7 +184,9 @@ def snapshot(session: Session, rendered: Rendered | None = None) -> dict:
         "hasCard": card is not None and not card.is_cleared,
         "state": session.state,
         # In the words the pages show: screen readers announce it.
-        "stateLabel": states.of_session(session.state, card.facts if card else None).words,
+        "stateLabel": (
+            _ending(session) or states.of_session(session.state, card.facts if card else None)
+        ).words,
         "needsHuman": session.needs_human,
         "updatedAt": session.updated_at.isoformat(),
         "html": rendered.html if rendered else of(session),

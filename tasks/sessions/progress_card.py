@@ -26,10 +26,18 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from markdown_it import MarkdownIt
 
-from tasks.models import INTERRUPTED_STATES, NOT_READ, Interaction, ProgressCard, Session, Task
+from tasks.models import (
+    INTERRUPTED_STATES,
+    NOT_READ,
+    Interaction,
+    ProgressCard,
+    Session,
+    Task,
+    TaskState,
+)
 from tasks.runtime import prepared
 from tasks.runtime.prepared import Prepared
-from tasks.sessions import raw_html
+from tasks.sessions import decision_words, effect_checks, raw_html
 from tasks.wire.json_safety import cut
 
 MAX_MARKDOWN_BYTES = 8192
@@ -449,7 +457,12 @@ def recent_tasks(session: Session) -> list[Task]:
 
 
 def from_session(
-    session: Session, tasks: list[Task], *, question: Any = NOT_READ, card: Any = NOT_READ
+    session: Session,
+    tasks: list[Task],
+    *,
+    question: Any = NOT_READ,
+    card: Any = NOT_READ,
+    checks: Any = NOT_READ,
 ) -> Written:
     """Recompute an A2A session's card from what the applier stored; `tasks` newest first.
 
@@ -481,7 +494,7 @@ def from_session(
         # Two writers, one card: the latest write wins. The statuses give no plan or note
         # newer than what they gave before the card-API write, so that write stands.
         plan, markdown, source = card.plan, card.markdown or None, ProgressCard.Source.API
-    facts = _facts(session, tasks, None if question is NOT_READ else question)
+    facts = _facts(session, tasks, None if question is NOT_READ else question, checks)
     return store(
         session,
         plan,
@@ -494,42 +507,37 @@ def from_session(
     )
 
 
-def _facts(session: Session, tasks: list[Task], question: Interaction | None) -> dict | None:
+def _facts(
+    session: Session, tasks: list[Task], question: Interaction | None, checks: Any
+) -> dict | None:
     """What the card shows beside the plan and note, from the session and its tasks (newest
     first): state, the open question (`question` when the caller read it), who answered it,
-    uncertain effects and the latest ended turn's telemetry; None when there is nothing."""
+    uncertain effects and their checks (`checks`, the open ones, when the caller read them)
+    and the latest ended turn's telemetry; None when there is nothing."""
     facts: dict[str, Any] = {"state": session.state} if session.state else {}
     if question is None and session.needs_human:
         question = (
             Interaction.objects.filter(task__session=session, state=Interaction.State.OPEN)
+            .exclude(kind=Interaction.Kind.CHECK)
             .order_by("-opened_at", "-id")
             .first()
         )
+    elif question is not None and question.kind == Interaction.Kind.CHECK:
+        question = None  # a check asks nothing of the agent's task (effect_checks below)
     if question is not None:
         prompt = cut(strip_invisible(question.prompt), MAX_QUESTION_CHARS)
         facts["question"] = {"kind": question.kind, "prompt": prompt}
+        if question.expired_at is not None:
+            facts["question"]["expired"] = True  # the agent's expiry passed: it still waits
     elif session.state in INTERRUPTED_STATES:
-        # Answered in Onlooker, and the agent has not gone on yet: say who answered. Only
-        # while the task it asked in still waits: a task that went on closed that chapter.
-        answered = (
-            Interaction.objects.filter(
-                task__session=session,
-                task__state__in=INTERRUPTED_STATES,
-                state__in=[
-                    Interaction.State.ANSWERING,
-                    Interaction.State.SENT,
-                    Interaction.State.ANSWERED,
-                ],
-            )
-            .select_related("answered_by")
-            .order_by("-answered_at", "-id")
-            .first()
-        )
-        if answered is not None:
-            facts["answer"] = {"kind": answered.kind, "text": answered.outcome}
-    newest = tasks[0] if tasks else None
-    if newest is not None and newest.uncertain_effects:
-        facts["uncertain"] = list(newest.uncertain_effects)
+        # Answered in Onlooker, and the agent has not gone on yet: say who answered.
+        if answer := decision_words.awaited_answer(session.pk):
+            facts["answer"] = answer
+    elif session.state == TaskState.COMPLETED and (
+        refused := decision_words.refused_kind(session.pk)
+    ):
+        facts["refused"] = refused  # said no: the card ends as the denial (states.of_facts)
+    facts.update(effect_checks.card_facts(session, tasks, checks))
     # The latest ended turn's telemetry stays on the card while the next turn runs.
     ended = next((t for t in tasks if t.is_terminal and t.telemetry), None)
     if ended is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.sessions.progress_card import strip_invisible
-from tasks.wire import agent_text
+from tasks.wire import agent_text, choices
 
 DETAIL_CHARS = 2_000  # of keys and values, summaries included, of one detail
 DETAIL_ROWS = 40  # of one detail, nested rows included
@@ -61,13 +61,9 @@ class _Full(Exception):
 
 def offered_choices(detail: object) -> list[str]:
     """The choices an interaction's `detail` offers (`choices` or `options`: strings): the
-    buttons the page shows, and the only values answering sends as a choice."""
-    if not isinstance(detail, dict):
-        return []
-    offered = detail.get("choices", detail.get("options"))
-    if not isinstance(offered, list):
-        return []
-    return [c for c in offered if isinstance(c, str) and c.strip()][:20]
+    buttons the page shows, and the only values answering sends as a choice. Read as Slack's
+    buttons read it (wire/choices.py), which name a choice by its index in this list."""
+    return choices.offered(detail)
 
 
 def connect_url(detail: object) -> str:

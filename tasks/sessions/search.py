@@ -1,10 +1,13 @@
-"""Full-text search over sessions: their title, agent name, card note, plan steps and
-transcript, in the database's own full-text index.
+"""Full-text search over sessions: their title, agent name, card note, plan steps, what their
+agents said before (earlier notes and plans, artifact names) and transcript, in the
+database's own full-text index.
 
-Two kinds of document are indexed (migration 0016 makes the indexes and keeps them):
+Two kinds of document are indexed (migration 0016 makes the indexes and keeps them, 0027
+adds `said` to them):
 - a session's own text, one `SessionText` row per session (title, agent name, plan step
-  titles, note), written by `keep` from the one "session changed" step (changes.derive) and
-  the card API, and by `agent_renamed`;
+  titles, note, and `said`: the notes and plans the card showed before, newest first, and
+  the session's artifact names), written by `keep` from the one "session changed" step
+  (changes.derive) and the card API, by `also_said` for artifacts, and by `agent_renamed`;
 - every transcript message (`tasks_message.text`), indexed by the database itself as rows
   are written (SQLite: an FTS5 table kept by triggers; PostgreSQL: a stored generated
   tsvector column), so every writer of the transcript is covered without a call here.
@@ -28,7 +31,8 @@ last one a prefix; each word is quoted.
 
 Snippets are cut in Python from a bounded prefix of the matching field or message, the same
 way on both databases, as plain text with the ranges of the matching words (templates
-escape the text).
+escape the text). Agents write markdown: a snippet of a note, of `said` or of a message is
+cut from that text with its markup taken out (no `**`, table rules or tags).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
 from tasks.models import Agent, ProgressCard, Session
+from tasks.sessions import artifact_markdown
+from tasks.sessions.progress_card import strip_invisible
+from tasks.sessions.search_writes import ALSO, UPSERT
 
 MAX_WORDS = 10
 MAX_WORD_CHARS = 64
@@ -62,7 +69,11 @@ ROUNDS = 4
 RANKED_BELOW = 2_000
 SNIPPET_CHARS = 200
 SNIPPET_BEFORE = 60  # characters of context kept before the first match
+MAX_SAID_LINE = 300  # of a line `also_said` keeps (an artifact's name is at most 300)
 MAX_LIMIT = 500
+# Of a markdown text, read before the match for its snippet: the match's line, from its start
+# (where its markup starts) if that is this close.
+MARKDOWN_BEFORE = 1_000
 
 _WORD = re.compile(r"[^\W_]+")
 _SPACES = re.compile(r"\s+")
@@ -70,7 +81,7 @@ _SPACES = re.compile(r"\s+")
 
 @dataclass(frozen=True)
 class Snippet:
-    field: str  # "title" | "agent" | "note" | "plan" | "transcript"
+    field: str  # "title" | "agent" | "note" | "plan" | "said" | "transcript"
     text: str  # plain text, an excerpt around the match, "…" where cut
     ranges: tuple[tuple[int, int], ...]  # [start, end) of each highlighted match in text
 
@@ -136,17 +147,6 @@ def parse(text: str) -> Query:
 
 # -- the write path ---------------------------------------------------------------------------
 
-# One statement, with the agent's name read in it, that writes nothing (and so reindexes
-# nothing) when the text is unchanged.
-_UPSERT = """
-INSERT INTO tasks_sessiontext (session_id, title, agent, plan, note)
-SELECT %s, %s, tasks_agent.name, %s, %s FROM tasks_agent WHERE tasks_agent.id = %s
-ON CONFLICT (session_id) DO UPDATE SET
-    title = excluded.title, agent = excluded.agent, plan = excluded.plan, note = excluded.note
-WHERE (tasks_sessiontext.title, tasks_sessiontext.agent, tasks_sessiontext.plan,
-       tasks_sessiontext.note) <> (excluded.title, excluded.agent, excluded.plan, excluded.note)
-"""
-
 
 def plan_text(plan: list[dict] | None) -> str:
     """A plan's step titles, one a line."""
@@ -155,11 +155,25 @@ def plan_text(plan: list[dict] | None) -> str:
 
 def keep(session: Session, card: ProgressCard | None) -> None:
     """Index the session's own text as it is now: call under its lock, in the transaction
-    that changed it (changes.derive, the card API). Writes only if the text changed."""
+    that changed it (changes.derive, the card API). Writes only if the text changed; the
+    note and plan it replaces stay searchable, in `said`."""
     plan = plan_text(card.plan) if card is not None else ""
     note = card.markdown if card is not None else ""
     with connection.cursor() as cursor:
-        cursor.execute(_UPSERT, [session.pk, session.title, plan, note, session.agent_id])
+        cursor.execute(
+            UPSERT[connection.vendor], [session.pk, session.title, plan, note, session.agent_id]
+        )
+
+
+def also_said(session_id: int, text: str) -> None:
+    """Keep `text` (an artifact's name) searchable in the session's `said`, as one line: call
+    under the session's lock, in the transaction that stored it. Nothing is written when the
+    line is there already."""
+    line = _SPACES.sub(" ", strip_invisible(text).replace("\x00", "")).strip()[:MAX_SAID_LINE]
+    if not line:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(ALSO[connection.vendor], [session_id, line])
 
 
 def agent_renamed(agent: Agent) -> None:
@@ -438,17 +452,18 @@ def _snippets(db, query: Query, rows: list[tuple[int, int | None]]) -> dict[int,
         row["session_id"]: row
         for row in SessionText.objects.using(db.alias)
         .filter(session_id__in=[s for s, m in rows if m is None])
-        .values("session_id", "title", "agent", "plan", "note")
+        .values("session_id", "title", "agent", "plan", "note", "said")
     }
     snippets = {}
     for session_id, message_id in rows:
         found = None
         if message_id is not None:
-            found = snippet("transcript", texts.get(message_id, ""), query)
+            found = snippet("transcript", texts.get(message_id, ""), query, markdown=True)
         elif session_id in own:
             row = own[session_id]
-            for field in ("title", "agent", "plan", "note"):
-                found = snippet(field, row[field][:INDEXED_CHARS], query)
+            for field in ("title", "agent", "plan", "note", "said"):
+                text = row[field][:INDEXED_CHARS]
+                found = snippet(field, text, query, markdown=field in _MARKDOWN_FIELDS)
                 if found is not None:
                     break
         if found is not None:
@@ -456,20 +471,54 @@ def _snippets(db, query: Query, rows: list[tuple[int, int | None]]) -> dict[int,
     return snippets
 
 
-def snippet(field: str, text: str, query: Query) -> Snippet | None:
+# What agents write, in markdown: their snippets are cut from the text without its markup.
+_MARKDOWN_FIELDS = frozenset({"note", "said"})
+
+
+def snippet(field: str, text: str, query: Query, *, markdown: bool = False) -> Snippet | None:
     """An excerpt of `text` around its first word matching `query`, whitespace collapsed,
-    with the ranges of every matching word in it; None if no word matches."""
-    first = next((m for m in _WORD.finditer(text) if query.matches(m.group())), None)
+    with the ranges of every matching word in it; None if no word matches. `markdown`: the
+    excerpt is of the text a reader sees, without its markup (a word found only in markup,
+    a link's address, gives no excerpt)."""
+    first = _first(text, query)
     if first is None:
         return None
+    if not markdown:
+        return _excerpt(field, text, first, query)
+    # From a line's start (so the markup there is whole), early enough for the context an
+    # excerpt shows before the match, or what is close before it; then as much after it as
+    # an excerpt can show even when its markup goes.
+    floor = max(0, first.start() - MARKDOWN_BEFORE)
+    line = text.rfind("\n", floor, max(floor, first.start() - SNIPPET_BEFORE))
+    begin = line + 1 if line >= 0 else floor
+    end = first.start() + SNIPPET_CHARS * 4
+    plain = artifact_markdown.plain_text(text[begin:end])
+    found = _first(plain, query)
+    if found is None and (begin > 0 or end < len(text)):
+        begin, end, plain = 0, len(text), artifact_markdown.plain_text(text)
+        found = _first(plain, query)
+    if found is None:
+        return None
+    return _excerpt(field, plain, found, query, before=begin > 0, after=end < len(text))
+
+
+def _first(text: str, query: Query) -> re.Match | None:
+    return next((m for m in _WORD.finditer(text) if query.matches(m.group())), None)
+
+
+def _excerpt(
+    field: str, text: str, first: re.Match, query: Query, *, before=False, after=False
+) -> Snippet:
+    """The excerpt of `text` around `first`; `before` and `after`: `text` is itself cut out of
+    a longer one there."""
     start = max(0, first.start() - SNIPPET_BEFORE)
     if start > 0:
         # Start at a word, not inside one.
         space = text.rfind(" ", start, first.start())
         start = space + 1 if space >= 0 else first.start()
     window = _SPACES.sub(" ", text[start : start + SNIPPET_CHARS * 2]).strip()
-    lead = "…" if start > 0 else ""
-    cut = len(window) > SNIPPET_CHARS or start + SNIPPET_CHARS * 2 < len(text)
+    lead = "…" if start > 0 or before else ""
+    cut = len(window) > SNIPPET_CHARS or start + SNIPPET_CHARS * 2 < len(text) or after
     if len(window) > SNIPPET_CHARS:
         window = window[:SNIPPET_CHARS]
         space = window.rfind(" ")
@@ -492,10 +541,15 @@ def ensure_triggers(*, using: str = "default", **_: object) -> None:
         return
     with db.cursor() as cursor:
         cursor.execute(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' "
             "AND name IN ('search_session', 'search_message')"
         )
-        if cursor.fetchone()[0] != 2:
+        tables = dict(cursor.fetchall())
+        if len(tables) != 2:
             return  # not migrated this far (or migrated back)
-        for statement in importlib.import_module("tasks.migrations.0016_search").SQLITE_TRIGGERS:
+        # The triggers of the migration that made the session index as it is.
+        made_by = (
+            "0027_search_what_agents_said" if "said" in tables["search_session"] else "0016_search"
+        )
+        for statement in importlib.import_module(f"tasks.migrations.{made_by}").SQLITE_TRIGGERS:
             cursor.execute(statement)

@@ -13,7 +13,13 @@ person's action each: their entry is inserted at once, in the action's transacti
 - card: a derive (or a card-API write) that wrote a new revision: one entry per revision,
   so a batch of pushes that changed the card once leaves one entry, not one per push;
 - artifact: a new artifact version (not its later chunks);
-- answer: a decision the agent confirmed, or a question a person dismissed.
+- answer: a decision the agent confirmed, a question a person dismissed, one whose
+  agent's declared expiry passed (`expired`: denied on the team's behalf, or only marked),
+  or an uncertain effect a person marked checked ("checked (…)": nothing went to the agent);
+  with what was decided in words (`made`), how (`via`) and the reason sent beside it;
+- cancel: a person asked the agent to cancel a task (`actor`: who), written where the cancel
+  is sent (answering/talking.py), so "Cancelled by alice" stays after the agent's own
+  "Cancelled".
 
 Order is Onlooker's clock (`at`: when the push was received, or the answer recorded), then
 insertion; the agent's own status timestamp is kept as `agentTimestamp`, since agents' clocks
@@ -34,8 +40,19 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from tasks.models import TERMINAL_STATES, Artifact, Interaction, ProgressCard, Session, Task, states
+from tasks.models import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    Artifact,
+    Interaction,
+    ProgressCard,
+    Session,
+    Task,
+    TaskState,
+    states,
+)
 from tasks.models.timeline import TimelineEntry
+from tasks.sessions import decision_words
 
 Kind = TimelineEntry.Kind
 LIMIT = 1_000  # entries one read returns: the newest
@@ -125,28 +142,88 @@ def card_written(session: Session, card: ProgressCard | None) -> None:
 
 def answered(interaction: Interaction, *, at: datetime) -> None:
     """The agent confirmed a person's decision (`interaction` as claimed: its answer and
-    who made it loaded)."""
-    _decision(interaction, interaction.answered_by, at, interaction.decision_name, False)
+    who made it loaded), or the deny the team's expiry policy sent."""
+    if interaction.by_expiry:
+        done = "cancelled" if interaction.kind == Interaction.Kind.CONNECTION else "denied"
+        words = f"Expired: {interaction.expiry_words}; {done} on the team's behalf"
+        _decision(interaction, None, at, words, False, expired=True)
+        return
+    _decision(
+        interaction,
+        interaction.answered_by,
+        at,
+        interaction.decision_name,
+        False,
+        made=decision_words.made_words(interaction.kind, interaction.answer),
+    )
+
+
+def cancelled(task: Task, user: Any, *, at: datetime) -> None:
+    """A person asked the agent to cancel `task`, and it took the request."""
+    TimelineEntry.objects.create(
+        session_id=task.session_id,
+        task=task,
+        at=at,
+        kind=Kind.CANCEL,
+        actor=user,
+        data={"by": _short(user.get_username()) if user else None},
+    )
 
 
 def dismissed(interaction: Interaction, user: Any, *, at: datetime, because: str) -> None:
     _decision(interaction, user, at, f"dismissed: {because}", True)
 
 
-def _decision(interaction: Interaction, user: Any, at: datetime, answer: str, dismissed: bool):
+def checked(interaction: Interaction, user: Any, *, at: datetime) -> None:
+    """A person marked an uncertain effect checked (nothing went to the agent)."""
+    effect = interaction.detail.get("effect") if isinstance(interaction.detail, dict) else None
+    words = states.uncertain_words(effect) if isinstance(effect, str) else interaction.prompt
+    _decision(interaction, user, at, f"checked ({words})", False)
+
+
+def expired(interaction: Interaction, *, at: datetime) -> None:
+    """The agent's declared expiry passed with no answer, and nothing was sent (answering/
+    expiry.py): the question stays open."""
+    words = f"Expired: {interaction.expiry_words}; the agent still waits"
+    _decision(interaction, None, at, words, False, expired=True)
+
+
+def _decision(
+    interaction: Interaction,
+    user: Any,
+    at: datetime,
+    answer: str,
+    dismissed: bool,
+    *,
+    expired: bool = False,
+    made: str = "",
+) -> None:
+    data = {
+        "by": _short(user.get_username()) if user else None,
+        "answer": _short(answer),
+        "interaction": interaction.pk,
+        "interactionId": _short(interaction.interaction_id),
+        "dismissed": dismissed,
+    }
+    if made:
+        # What the decision was, how it was made and the words sent with it: the page says
+        # "Denied by alice on the page: “not on a Friday”" long after the question closed.
+        data["made"] = made
+        data["via"] = interaction.answered_via or ""
+        if interaction.reason:
+            data["reason"] = _short(interaction.reason)
+        value = (interaction.answer or {}).get("value")
+        if value not in (None, ""):
+            data["value"] = _short(value)
+    if expired:
+        data["expired"] = True  # no person decided: the team's declared expiry did
     TimelineEntry.objects.create(
         session_id=interaction.task.session_id,
         task_id=interaction.task_id,
         at=at,
         kind=Kind.ANSWER,
         actor=user,
-        data={
-            "by": _short(user.get_username()) if user else None,
-            "answer": _short(answer),
-            "interaction": interaction.pk,
-            "interactionId": _short(interaction.interaction_id),
-            "dismissed": dismissed,
-        },
+        data=data,
     )
 
 
@@ -161,6 +238,8 @@ class Item:
     task_id: str | None  # the agent's taskId
     duration: float | None = None
     ongoing: bool = False
+    # An interrupted state's open question then (its kind): the words the header used.
+    asking: str | None = None
 
     @property
     def kind(self) -> str:
@@ -176,7 +255,26 @@ class Item:
 
     @property
     def shown_state(self) -> states.Shown:
-        return states.shown(self.entry.state)
+        return states.shown(self.entry.state, asking=self.asking)
+
+    @property
+    def short_task_id(self) -> str:
+        return short_id(self.task_id)
+
+    @property
+    def decision(self) -> decision_words.Line | None:
+        """A person's (or the expiry policy's) decision, when the entry says one in full."""
+        data = self.data
+        if self.entry.kind != Kind.ANSWER or not data.get("made"):
+            return None
+        return decision_words.Line(
+            made=data["made"],
+            by=data.get("by") or "",
+            at=self.entry.at,
+            via=decision_words.via_words(data.get("via")),
+            answer=data.get("value") or "",
+            reason=data.get("reason") or "",
+        )
 
     @property
     def duration_words(self) -> str:
@@ -188,10 +286,14 @@ class Item:
         entry, data = self.entry, self.data
         if entry.kind == Kind.STATE:
             return self.shown_state.words
+        if entry.kind == Kind.ANSWER and data.get("expired"):
+            return data.get("answer") or "Expired"
         if entry.kind == Kind.ANSWER:
             return f"{data.get('by') or 'someone'}: {data.get('answer') or ''}"
+        if entry.kind == Kind.CANCEL:
+            return f"Cancelled by {data.get('by') or 'someone'}"
         if entry.kind == Kind.CARD:
-            return f"Card revision {entry.revision}"
+            return f"Card updated (revision {entry.revision})"
         name = data.get("name") or data.get("artifactId") or ""
         return f"Artifact {name} (version {data.get('version')})"
 
@@ -213,6 +315,10 @@ class Item:
                 interactionId=data.get("interactionId"),
                 dismissed=bool(data.get("dismissed")),
             )
+            if data.get("expired"):
+                shown["expired"] = True
+        elif entry.kind == Kind.CANCEL:
+            shown["by"] = data.get("by")
         elif entry.kind == Kind.CARD:
             shown["revision"] = entry.revision
         elif entry.kind == Kind.ARTIFACT:
@@ -243,6 +349,29 @@ class Bar:
     segments: list[Segment]
 
 
+SHORT_ID = 8  # characters of a task id a row shows; the whole one is in its title
+
+
+def short_id(task_id: str | None) -> str:
+    if not task_id:
+        return ""
+    return task_id if len(task_id) <= SHORT_ID + 1 else task_id[:SHORT_ID] + "…"
+
+
+@dataclass
+class CardRun:
+    """Card revisions in a row, with nothing else between them: one line on the page."""
+
+    first: Item
+    last: Item
+    count: int
+    kind: str = "cards"
+
+    @property
+    def at(self) -> datetime:
+        return self.first.at
+
+
 @dataclass
 class Timeline:
     items: list[Item]  # oldest first
@@ -250,6 +379,7 @@ class Timeline:
     bars: list[Bar]
     start: datetime | None
     end: datetime | None
+    tasks: dict[int, Task] = field(default_factory=dict)
 
     def as_json(self) -> list[dict]:
         return [item.as_json() for item in self.items]
@@ -258,6 +388,32 @@ class Timeline:
     def shown_items(self) -> list[Item]:
         """The page's list: the newest PAGE_ITEMS, oldest first (the API gives them all)."""
         return self.items[-PAGE_ITEMS:]
+
+    @property
+    def rows(self) -> list[Item | CardRun]:
+        """The page's list with each run of card revisions as one line ("Card updated 5
+        times"): a card changes with every step, and one row each buried what happened."""
+        rows: list[Item | CardRun] = []
+        for item in self.shown_items:
+            previous = rows[-1] if rows else None
+            if item.kind != Kind.CARD:
+                rows.append(item)
+            elif isinstance(previous, CardRun):
+                previous.last, previous.count = item, previous.count + 1
+            elif isinstance(previous, Item) and previous.kind == Kind.CARD:
+                rows[-1] = CardRun(previous, item, 2)
+            else:
+                rows.append(item)
+        return rows
+
+    @property
+    def cancelled(self) -> Item | None:
+        """The newest cancel a person asked for, while its task stays cancelled."""
+        for item in reversed(self.items):
+            if item.kind == Kind.CANCEL:
+                task = self.tasks.get(item.entry.task_id)
+                return item if task is not None and task.state == TaskState.CANCELED else None
+        return None
 
     @property
     def limit(self) -> int:
@@ -300,13 +456,62 @@ def of_session(
         if item.entry.state not in TERMINAL_STATES:
             item.ongoing = True
             item.duration = _seconds(max(now - item.at, timedelta(0)))
+    _name_what_was_asked(items)
     if not items:
-        return Timeline(items, truncated, [], None, None)
+        return Timeline(items, truncated, [], None, None, tasks)
     # The bars span the entries, not up to now: a page shows the same bars until the session
     # changes (and its activity is refetched); a state still going on reaches the right end.
     start, end = items[0].at, items[-1].at
     bars = _bars(items, tasks, start, end)
-    return Timeline(items, truncated, bars, start, end)
+    return Timeline(items, truncated, bars, start, end, tasks)
+
+
+def _name_what_was_asked(items: list[Item]) -> None:
+    """Each interrupted state with the kind of the question its task opened during it, so
+    the timeline says "Needs approval" where the header did (an approval waits in the
+    auth-required state, which alone would read "Needs a connection"). One query."""
+    waiting = [i for i in items if i.kind == Kind.STATE and i.entry.state in INTERRUPTED_STATES]
+    if not waiting:
+        return
+    opened: dict[int, list[tuple[datetime, str]]] = {}
+    asked = (
+        Interaction.objects.filter(task_id__in={item.entry.task_id for item in waiting})
+        .exclude(kind=Interaction.Kind.CHECK)  # a check opens whatever the state
+        .order_by("opened_at", "id")
+        .values_list("task_id", "opened_at", "kind")
+    )
+    for task_pk, at, kind in asked:
+        opened.setdefault(task_pk, []).append((at, kind))
+    for item in waiting:
+        ends = item.at + timedelta(seconds=item.duration or 0) if not item.ongoing else None
+        # The newest question the task had opened by the time this state ended.
+        found = opened.get(item.entry.task_id, [])
+        before = [kind for at, kind in found if ends is None or at <= ends]
+        if before:
+            item.asking = before[-1]
+
+
+def name_turns(turns: list[Task]) -> None:
+    """Give each turn (a task of the session page's Turns table) `shown`: its state in the
+    words the header uses, an interrupted one named by the question it waits on. One query."""
+    waiting = [turn.pk for turn in turns if turn.state in INTERRUPTED_STATES]
+    asking: dict[int, str] = {}
+    answered: set[int] = set()
+    asked = (
+        Interaction.objects.filter(task_id__in=waiting)
+        .exclude(kind=Interaction.Kind.CHECK)
+        .order_by("opened_at", "id")
+        .values_list("task_id", "kind", "state")
+    )
+    for task_pk, kind, state in asked if waiting else ():
+        if state in Interaction.PENDING:
+            asking[task_pk] = kind  # the newest one of each task wins
+        elif state == Interaction.State.ANSWERED:
+            answered.add(task_pk)
+    for turn in turns:
+        turn.shown = states.shown(
+            turn.state, asking=asking.get(turn.pk), answered=turn.pk in answered
+        )
 
 
 def _seconds(delta: timedelta) -> float:

@@ -243,11 +243,30 @@ def report(user, days: int) -> dict:
     }
 
 
-# The chart, in SVG user units (its viewBox); the page draws a unit as a pixel, up to its width.
-# A month's bars fill CHART_WIDTH; a week's are wider, up to a step of MAX_BAR_STEP.
-CHART_HEIGHT = 80
-CHART_WIDTH = 420
-MIN_BAR_STEP, MAX_BAR_STEP = 4, 60
+# -- the usage page (templates/tasks/usage.html) ----------------------------------------------
+
+# The chart, in SVG user units (its viewBox), drawn a unit to a pixel up to the page's width:
+# a month's bars fill CHART_WIDTH, a week's are wider, up to a step of MAX_BAR_STEP. Around
+# the bars, room for the axes' values and names.
+CHART_HEIGHT = 160
+CHART_WIDTH = 640
+MIN_BAR_STEP, MAX_BAR_STEP = 4, 80
+LEFT, TOP, BOTTOM, RIGHT = 84, 22, 44, 32
+VALUES_FROM_STEP = 40  # bars at least this wide each say their cost; narrower, the highest
+_CENT = Decimal("0.01")
+
+
+def money(usd: Any) -> str:
+    """A cost in US dollars as people read it: "—" for none, "< $0.01" under a cent, else
+    dollars and cents with thousands separators ("$1,234.50"). Never "$0.0000"."""
+    if isinstance(usd, bool) or not isinstance(usd, int | float | Decimal):
+        return "—"
+    if isinstance(usd, float) and not math.isfinite(usd) or usd <= 0:
+        return "—"
+    amount = Decimal(repr(usd)) if isinstance(usd, float) else Decimal(usd)
+    if amount < _CENT:
+        return "< $0.01"
+    return f"${amount.quantize(_CENT, rounding=ROUND_HALF_EVEN):,}"
 
 
 @dataclass
@@ -257,36 +276,94 @@ class Bar:
     x: int
     y: int
     height: int
+    value: str = ""  # the cost written above it, when it says one
+    value_x: int = 0  # the middle of the bar
 
 
-def panel(user, raw_days: str | None) -> dict:
-    """The monitoring screen's usage panel (templates/tasks/_usage.html): the range
-    `?usage=` names (a bad one shows the default rather than an error: it is a switch on a
-    page), one bar of cost per day, and the range's totals per agent and per team."""
+@dataclass(frozen=True)
+class Tick:
+    at: int  # y (a value) or x (a day), in user units
+    text: str
+
+
+def _bars(days: list[tuple[date, Totals]], step: int) -> list[Bar]:
+    highest = max(t.cost_nanos for _, t in days)
+    bars = []
+    for index, (day, totals) in enumerate(days):
+        # A day that cost anything shows at least a sliver of a bar.
+        height = (
+            max(1, round(totals.cost_nanos * CHART_HEIGHT / highest)) if totals.cost_nanos else 0
+        )
+        bars.append(Bar(day, totals, LEFT + index * step, TOP + CHART_HEIGHT - height, height))
+    costly = [bar for bar in bars if bar.height]
+    labelled = costly
+    if step < VALUES_FROM_STEP and costly:  # no room for each: the costliest day says its own
+        labelled = [max(costly, key=lambda bar: bar.totals.cost_nanos)]
+    for bar in labelled:
+        bar.value = money(bar.totals.cost_usd)
+        bar.value_x = bar.x + max(step * 3 // 4, 1) // 2
+    return bars
+
+
+def _day_ticks(bars: list[Bar], bar_width: int) -> list[Tick]:
+    """The first day, the last and one between: enough to read any bar's day off the axis."""
+    picked = sorted({0, len(bars) // 2, len(bars) - 1})
+    return [Tick(bars[i].x + bar_width // 2, f"{bars[i].day.day} {bars[i].day:%b}") for i in picked]
+
+
+def chart(found: Usage) -> dict | None:
+    """The SVG chart of cost per day: bars, the cost axis (nothing, half and the costliest
+    day, in dollars), the day axis; None when nothing cost anything (no empty chart)."""
+    if not found.total.cost_nanos:
+        return None
+    days = len(found.days)
+    step = min(max(CHART_WIDTH // days, MIN_BAR_STEP), MAX_BAR_STEP)
+    bar_width = max(step * 3 // 4, 1)
+    bars = _bars(found.days, step)
+    highest = max(t.cost_usd for _, t in found.days)
+    bottom = TOP + CHART_HEIGHT
+    return {
+        "bars": bars,
+        "bar_width": bar_width,
+        "width": LEFT + days * step + RIGHT,
+        "height": bottom + BOTTOM,
+        "left": LEFT,
+        "top": TOP,
+        "bottom": bottom,
+        "plot_height": CHART_HEIGHT,
+        "right": LEFT + days * step,
+        "cost_ticks": [
+            Tick(bottom, "$0"),
+            Tick(TOP + CHART_HEIGHT // 2, money(highest / 2)),
+            Tick(TOP, money(highest)),
+        ],
+        "day_ticks": _day_ticks(bars, bar_width),
+        "axis_middle": TOP + CHART_HEIGHT // 2,
+        "days_middle": LEFT + days * step // 2,
+    }
+
+
+def page(user, raw_days: str | None) -> dict:
+    """The usage page: the range `?days=` names (a bad one shows the default rather than an
+    error: it is a switch on a page), the chart of cost per day, the days that cost
+    anything, and the range's totals per agent and per team."""
     try:
         days = parse_days(raw_days)
     except BadDays:
         days = DEFAULT_DAYS
     found = usage(user, days)
-    highest = max(t.cost_nanos for _, t in found.days)
-    step = min(max(CHART_WIDTH // days, MIN_BAR_STEP), MAX_BAR_STEP)
-    bars = []
-    for index, (day, totals) in enumerate(found.days):
-        # A day that cost anything shows at least a sliver of a bar.
-        height = (
-            max(1, round(totals.cost_nanos * CHART_HEIGHT / highest)) if totals.cost_nanos else 0
-        )
-        bars.append(Bar(day, totals, index * step, CHART_HEIGHT - height, height))
     return {
         "days": days,
         "ranges": RANGES,
         "total": found.total,
         "agents": found.agents,
         "teams": found.teams,
-        "bars": bars,
+        "chart": chart(found),
+        "costly_days": [
+            (day, totals)
+            for day, totals in reversed(found.days)
+            if any((totals.cost_nanos, totals.tokens, totals.steps))
+        ],
         "first": found.days[0][0],
         "last": found.days[-1][0],
-        "width": len(bars) * step,
-        "height": CHART_HEIGHT,
-        "bar_width": max(step * 3 // 4, 1),
     }

@@ -1,7 +1,12 @@
 """An agent's page, `/agents/<id>/`: its card as last read, what Onlooker last heard from it
 and what went wrong, and its sessions; for people who may answer, "Refresh from the agent"
 and "Follow this task" (tasks/answering/following.py). Shown to whoever may see the agent
-(its team); anyone else gets a 404, as for its sessions."""
+(its team); anyone else gets a 404, as for its sessions.
+
+Both actions call the agent as the person who presses (following.py). On an agent that takes
+only each person's own credential, someone without one sees "Connect your credential for
+ops-bot to …", linking to their settings, instead of the two forms; a post from them all the
+same is refused (403, the same link) and nothing is sent."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks.answering import agents, following, rules
+from tasks.answering import agents, callers, following, rules
 from tasks.models import Agent, Delivery, PushEndpoint, Refusal
 from tasks.sessions import board
 from tasks.wire import tiers
@@ -61,7 +66,11 @@ def _echo(activated: bool) -> str:
     return "activated" if activated else "not activated"
 
 
-def _context(request: HttpRequest, agent: Agent) -> dict:
+def _context(request: HttpRequest, agent: Agent, connect_to: str = "") -> dict:
+    """`connect_to`: what the person was refused for want of their own credential."""
+    may_act = rules.may_answer(request.user)
+    if may_act and not connect_to and callers.needs_credential(agent, request.user):
+        connect_to = "refresh or follow its tasks"
     sessions = agent.sessions.select_related("card").order_by("-updated_at", "-id")
     followed = PushEndpoint.objects.filter(agent=agent, active=True).exclude(task_id="")
     return {
@@ -77,7 +86,8 @@ def _context(request: HttpRequest, agent: Agent) -> dict:
         "sessions": list(sessions[:SESSIONS_SHOWN]),
         "sessions_total": sessions.count(),
         "followed": list(followed.order_by("-created_at")[:FOLLOWED_SHOWN]),
-        "may_act": rules.may_answer(request.user),
+        "may_act": may_act,
+        "connect_to": connect_to,
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
     }
@@ -89,14 +99,18 @@ def agent_page(request: HttpRequest, agent_id: int) -> HttpResponse:
     return render(request, "tasks/agent.html", _context(request, _visible(request, agent_id)))
 
 
-def _acted(request: HttpRequest, agent_id: int, act) -> HttpResponse:
+def _acted(request: HttpRequest, agent_id: int, act, doing: str) -> HttpResponse:
     """POST-redirect-GET with a message saying what happened; a refusal for lack of the
-    permission is a 403 page with it, and an agent nobody may see here a 404."""
+    permission is a 403 page with it (for lack of their own credential: the page links
+    where to connect it, `doing` says for what), and an agent nobody may see here a 404."""
     try:
         agent = following.acting_on(request.user, agent_id)
         ok, text = act(agent)
     except rules.NotFound as error:
         raise Http404(str(error)) from None
+    except callers.NeedsCredential as needs:
+        context = _context(request, needs.agent, connect_to=doing)
+        return render(request, "tasks/agent.html", context, status=403)
     except rules.NotAllowed as error:
         messages.error(request, str(error))
         agent = _visible(request, agent_id)
@@ -114,10 +128,10 @@ def refresh_agent(request: HttpRequest, agent_id: int) -> HttpResponse:
     """ "Refresh from the agent": its card, then the tasks it changed (`sync_agents`' code)."""
 
     def act(agent: Agent) -> tuple[bool, str]:
-        outcome = following.refresh(agent)
+        outcome = following.refresh(agent, request.user)
         return outcome.ok, outcome.text
 
-    return _acted(request, agent_id, act)
+    return _acted(request, agent_id, act, "refresh")
 
 
 @require_POST
@@ -127,7 +141,7 @@ def follow_task(request: HttpRequest, agent_id: int) -> HttpResponse:
 
     def act(agent: Agent) -> tuple[bool, str]:
         task_id = following.parse_task_id(request.POST.get("task_id", ""))
-        followed = following.follow(agent, task_id)
+        followed = following.follow(agent, task_id, request.user)
         return followed.ok, followed.text
 
-    return _acted(request, agent_id, act)
+    return _acted(request, agent_id, act, "follow this task")

@@ -29,12 +29,20 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks.answering import answers, dismissals, rules, talking
+from tasks.answering import answers, callers, dismissals, duties, held, rules, talking
 from tasks.api.sessions import api_login_required
 from tasks.models import TERMINAL_STATES, Agent, Artifact, Interaction, Session, TaskState, states
 from tasks.notify import seen
 from tasks.runtime import outage
-from tasks.sessions import activity, board, fragments, listing, search, timeline, usage
+from tasks.sessions import (
+    activity,
+    board,
+    decision_words,
+    fragments,
+    listing,
+    search,
+    timeline,
+)
 from tasks.wire import message_parts
 from tasks.wire.numbers import whole_number
 
@@ -105,8 +113,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         "newest": None,
         "archive_days": settings.ONLOOKER_ARCHIVE_AFTER_DAYS,
     }
-    if not wall:  # the wall shows sessions only
-        context["usage"] = usage.panel(request.user, request.GET.get("usage"))
     if filters.q and not wall:
         context.update(_search_page(request.user, filters, before, problems))
         return render(request, "tasks/overview.html", context)
@@ -117,16 +123,24 @@ def overview(request: HttpRequest) -> HttpResponse:
             context["newest"] = f"?{filters.query()}"
         except listing.BadCursor as error:
             problems.append(f"{error}; showing the newest sessions.")
-    # The wall has no list: there a waiting session stays a tile.
-    tiles = board.tiles(request.user, filters, include_waiting=wall, before=position)
+    # The wall has no list: there a waiting session stays a tile, and a finished one too.
+    tiles = board.tiles(
+        request.user, filters, include_waiting=wall, before=position, split_finished=not wall
+    )
     if position is None and not wall:  # the list is the first page's, above its tiles
         context["waiting"] = board.waiting(request.user, filters)
+        duties.mark_needs_another(request.user, context["waiting"])
+        duties.mark_needs_credential(request.user, context["waiting"])
+        context["decided"] = board.recently_decided(request.user)
     context.update(
         tiles=tiles.html,
+        finished=tiles.finished,
+        shown=len(tiles.html) + len(tiles.finished),
         total=tiles.total,
         live_tiles=position is None,  # an older page is a still picture (live.js leaves it)
         older=f"?{filters.query(before=tiles.next)}" if tiles.next and not wall else None,
         nothing_visible=not tiles.html
+        and not tiles.finished
         and not context["waiting"]
         and not board.anything_visible(request.user),
     )
@@ -169,13 +183,22 @@ def live_board(request: HttpRequest) -> JsonResponse:
         "sidebar": "".join(board.sidebar(request.user)),
     }
     if request.GET.get("tiles"):
-        tiles = board.tiles(request.user, filters, include_waiting=not with_waiting)
+        split = bool(request.GET.get("finished_rows"))
+        tiles = board.tiles(
+            request.user, filters, include_waiting=not with_waiting, split_finished=split
+        )
         data["tiles"] = "".join(tiles.html)
+        if split:  # the monitoring screen's finished sessions, its rows under the tiles
+            data["finished"] = "".join(tiles.finished)
         data["total"] = tiles.total
         data["next"] = tiles.next
     if with_waiting:  # per person: the forms depend on their permission
         waiting = {"waiting": board.waiting(request.user, filters)}
+        duties.mark_needs_another(request.user, waiting["waiting"])
+        duties.mark_needs_credential(request.user, waiting["waiting"])
         data["waiting"] = render_to_string("tasks/_waiting.html", waiting, request=request)
+        decided = {"decided": board.recently_decided(request.user)}
+        data["decided"] = render_to_string("tasks/_decided.html", decided, request=request)
     return JsonResponse(data)
 
 
@@ -205,11 +228,7 @@ def _activity(session: Session, query) -> dict:
     open_ones = activity.questions(
         Interaction.objects.filter(
             task__session=session,
-            state__in=[
-                Interaction.State.OPEN,
-                Interaction.State.ANSWERING,
-                Interaction.State.SENT,
-            ],
+            state__in=Interaction.LISTED,
         )
         .select_related("answered_by")
         .order_by("opened_at", "id")
@@ -279,6 +298,10 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         shown = _activity(session, request.GET)
     except activity.BadAnchor as error:
         return _bad_anchor(error)
+    duties.mark_needs_another(request.user, shown["interactions"])
+    duties.mark_needs_credential(request.user, shown["interactions"])
+    decision_words.attach(shown["answered"])
+    timeline.name_turns(shown["turns"])
     context = {
         "session": session,
         "card": getattr(session, "card", None),
@@ -286,6 +309,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         "sidebar": board.sidebar(request.user),
         "counts": board.counts(request.user),
         "message_id": uuid.uuid4().hex,  # makes a double submit one message at the agent
+        # The agent takes messages only with the person's own credential, and they have none.
+        "composer_needs_credential": callers.needs_credential(session.agent, request.user),
         **shown,
     }
     return render(request, "tasks/session.html", context)
@@ -301,6 +326,10 @@ def session_activity(request: HttpRequest, session_id: int) -> HttpResponse:
         shown = _activity(session, request.GET)
     except activity.BadAnchor as error:
         return _bad_anchor(error)
+    duties.mark_needs_another(request.user, shown["interactions"])  # per person
+    duties.mark_needs_credential(request.user, shown["interactions"])
+    decision_words.attach(shown["answered"])
+    timeline.name_turns(shown["turns"])
     context = {"session": session, "card": getattr(session, "card", None), **shown}
     return render(request, "tasks/_activity.html", context)
 
@@ -431,12 +460,18 @@ def answer_interaction(request: HttpRequest, interaction_id: int) -> HttpRespons
     except rules.NotFound as error:
         return _refused(request, error, 0)
 
-    def act():
+    # A page's answer is held for Undo (ONLOOKER_UNDO_SECONDS, answering/held.py): the
+    # reply says what goes, and where Undo posts while it has not gone yet.
+    try:
         decision = answers.parse_decision(interaction.kind, request.POST)
-        done = answers.answer(request.user, interaction, decision)
-        return done.state, done.outcome
-
-    return _acted(request, interaction.task.session_id, act)
+        done = held.answer_from_page(request.user, interaction, decision)
+    except rules.AnswerError as error:
+        return _refused(request, error, interaction.task.session_id)
+    reply = held.as_json(done)
+    if _wants_json(request):
+        return JsonResponse(reply)
+    messages.success(request, reply["detail"])
+    return redirect("session", interaction.task.session_id)
 
 
 @require_POST

@@ -241,7 +241,17 @@ def test_json_output_is_exactly_one_object_with_the_push_details(card_server):
         "push_bearer",
         "signing_secret",
         "api_token",
+        "expire_after",
+        "on_expiry",
+        "no_self_approval",
+        "per_person",
     }
+    # The team's policy, as registered: none unless asked for.
+    assert (result["expire_after"], result["on_expiry"], result["no_self_approval"]) == (
+        None,
+        "deny",
+        False,
+    )
     assert result["api_token"].startswith("onl_")
     agent = Agent.objects.get()
     endpoint = agent.endpoints.get()

@@ -307,9 +307,13 @@ def test_a_closing_status_ends_the_binding_and_keeps_what_was_sent(
         assert data["detail"] == MOVED_ON
     page = bob.get(f"/sessions/{interaction.task.session_id}/").content.decode()
     assert "Retry sending" not in page
-    # The decision stays on the page, in the Answers list.
-    answered = re.search(r'<li data-answered-interaction="\d+"><strong>(.*?)</strong>', page)
-    assert answered and answered[1] == MOVED_ON.rstrip(".")
+    # The decision stays on the page, in the Answers list: who sent what, and that the agent
+    # moved on without confirming it.
+    answered = re.search(r'<li data-answered-interaction="\d+">(.*?)</li>', page, re.S)
+    assert answered, page
+    words = re.sub(r"<[^>]+>", "", answered[1])
+    assert words.startswith("Approved by alice, 10:02, on the page")
+    assert "(sent; the agent moved on without confirming)" in words
     assert len(sent_messages(agent_stub)) == 1
 
 

@@ -31,6 +31,11 @@ def page(client: Client, session: Session) -> str:
     return client.get(f"/sessions/{session.pk}/").content.decode()
 
 
+def agent_page(client: Client, session: Session) -> str:
+    """Where the protocol's words (the tier) are shown: the agent's page, not the session's."""
+    return client.get(f"/agents/{session.agent_id}/").content.decode()
+
+
 # -- extensions echo -------------------------------------------------------------------------
 
 
@@ -38,7 +43,7 @@ def test_the_extensions_an_agent_echoes_are_recorded_and_shown_as_its_tier(
     stub_session, alice_approver
 ):
     stub, session, _ = stub_session
-    assert "Tier <strong>not known yet" in page(alice_approver, session)
+    assert "<dd data-agent-tier>not known yet" in agent_page(alice_approver, session)
     echoed = f"{profile.PROGRESS}, {profile.INTERACTIONS},https://example.com/other/v1"
     stub.answer(
         {"jsonrpc": "2.0", "result": {"task": task_json("task-2", "TASK_STATE_WORKING")}},
@@ -48,7 +53,7 @@ def test_the_extensions_an_agent_echoes_are_recorded_and_shown_as_its_tier(
     agent = Agent.objects.get(pk=session.agent_id)
     assert agent.activated_extensions == [profile.INTERACTIONS, profile.PROGRESS]
     assert agent.extensions_echoed_at is not None
-    assert "Tier <strong>Profile v2: interactions, progress</strong>" in page(
+    assert "<dd data-agent-tier>Profile v2: interactions, progress" in agent_page(
         alice_approver, session
     )
     admin = Client()
@@ -65,7 +70,7 @@ def test_the_extensions_an_agent_echoes_are_recorded_and_shown_as_its_tier(
     )
     assert send(alice_approver, session, message_id="another-id-123")[0] == 200
     assert Agent.objects.get(pk=agent.pk).activated_extensions == []
-    assert "Tier <strong>Core A2A</strong>" in page(alice_approver, session)
+    assert "<dd data-agent-tier>Core A2A" in agent_page(alice_approver, session)
 
 
 def test_an_agent_that_echoes_no_header_is_named_by_its_card_and_says_so(
@@ -80,8 +85,8 @@ def test_an_agent_that_echoes_no_header_is_named_by_its_card_and_says_so(
     agent = Agent.objects.get(pk=session.agent_id)
     assert agent.activated_extensions is None and agent.extensions_echoed_at is not None
     assert (
-        "Tier <strong>Profile v2 (declared by its card, not echoed): interactions, "
-        "progress</strong>" in page(alice_approver, session)
+        "<dd data-agent-tier>Profile v2 (declared by its card, not echoed): interactions, "
+        "progress" in agent_page(alice_approver, session)
     )
 
 
@@ -92,7 +97,7 @@ def test_the_full_profile_is_named_in_reading_order(stub_session, alice_approver
         headers={"A2A-Extensions": ",".join(profile.EXTENSIONS)},
     )
     send(alice_approver, session)
-    assert "Profile v2: interactions, progress, telemetry, files, effects" in page(
+    assert "Profile v2: interactions, progress, telemetry, files, effects" in agent_page(
         alice_approver, session
     )
 

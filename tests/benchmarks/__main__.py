@@ -22,6 +22,7 @@ BENCHMARKS = {
     "socket_access": "tests.benchmarks.socket_access",
     "notify": "tests.benchmarks.notify",
     "search": "tests.benchmarks.search",
+    "decisions": "tests.benchmarks.decisions",
 }
 
 

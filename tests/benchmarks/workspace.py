@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from cryptography.fernet import Fernet
+
 from tests.processes import ROOT
 
 # Variables the settings read; the caller's values must not leak into the children.
@@ -31,6 +33,8 @@ class Workspace(contextlib.AbstractContextManager):
         self.database = database
         self.bench_url = ""
         self.directory = Path()
+        # One key for every child process: what one seals, the others must open.
+        self.credential_key = Fernet.generate_key().decode()
 
     @property
     def postgres(self) -> bool:
@@ -86,6 +90,7 @@ class Workspace(contextlib.AbstractContextManager):
             SECRET_KEY=secrets.token_urlsafe(50),
             DEBUG="false",
             ALLOWED_HOSTS="127.0.0.1",
+            ONLOOKER_CREDENTIAL_KEYS=self.credential_key,
             # The project first; the caller's PYTHONPATH after it, so --app can name a wrapper.
             PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         )

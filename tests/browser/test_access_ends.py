@@ -17,7 +17,9 @@ from tests.builders import status
 from tests.conftest import make_agent
 from tests.live_server import push_http
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 WITHIN_MS = 6_000  # the sweep's second, the close, the reload: well inside this
 

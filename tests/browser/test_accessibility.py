@@ -205,6 +205,25 @@ def test_a_session_page_with_a_sidebar_hovercard_open_has_no_violations(opened, 
 
 
 @pytest.mark.slow
+def test_the_raw_deliveries_page_has_no_violations(opened, busy_team):
+    """Every push of the waiting task as received: long bodies scroll in a box a keyboard can
+    reach (scrollable-region-focusable)."""
+    task = Interaction.objects.get(interaction_id="i-1").task
+    page = opened(f"/sessions/{busy_team.pk}/tasks/{task.pk}/deliveries/")
+    expect(page.locator("[data-delivery-body]")).not_to_have_count(0)
+    audit(page, "raw deliveries")
+
+
+@pytest.mark.slow
+def test_the_agent_page_and_the_usage_page_have_no_violations(opened, busy_team):
+    page = opened(f"/agents/{busy_team.agent_id}/")
+    expect(page.locator("h1")).to_be_visible()
+    audit(page, "agent page")
+    page = opened("/usage/")
+    audit(page, "usage page")
+
+
+@pytest.mark.slow
 def test_the_settings_page_has_no_violations(opened):
     page = opened("/settings/")
     expect(page.locator("main [data-notify-toggle]")).to_have_text("Notifications: off")

@@ -26,6 +26,7 @@ def sdk_agent() -> Iterator[CardAgent]:
     agent.stop()
 
 
+@pytest.mark.slow  # the default run keeps its time budget; CI runs it with -m slow
 def test_refresh_and_follow_from_the_agent_page(browser, server, sdk_agent, ops, approvers):
     agent = agents.register(sdk_agent.card_url).agent
     agent.team = ops

@@ -177,6 +177,7 @@ def test_primary_danger_and_secondary_buttons_look_different(server, page, schem
 # -- long text ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the default run keeps its time budget; CI runs it with -m slow
 def test_300_character_words_never_widen_the_page(server, page, login, open_live, alice, ops):
     """The monitoring screen and the session page, at a desk width and a phone width: one
     long session for the four (each check names the page and width that failed)."""

@@ -19,7 +19,9 @@ from tests.builders import approval, status
 from tests.conftest import make_agent, member
 from tests.live_server import LiveServer, push_http, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RECORDER = """
 (() => {

@@ -12,7 +12,9 @@ from tests.browser.test_answering import open_as, sent_messages, waiting_session
 from tests.conftest import member
 from tests.peers.misbehaving_agent import MisbehavingAgent
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_pressing_dismiss_closes_a_question_the_agent_forgot_for_everyone(

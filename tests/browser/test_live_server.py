@@ -11,7 +11,9 @@ from tests.builders import status
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_live_server_shares_the_test_database_and_secret_key(server, alice, ops):

@@ -69,6 +69,7 @@ def expect_live_again(page: Page) -> None:
     expect(page.locator("main")).to_have_css("opacity", "1")
 
 
+@pytest.mark.slow  # the default run keeps its time budget; CI runs it with -m slow
 def test_a_lost_connection_shows_a_banner_and_fades_the_page_until_retry_now(
     paused, restarts, login, alice, agent
 ):

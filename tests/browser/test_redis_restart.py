@@ -23,6 +23,8 @@ STATUS = "[data-live-status]"
 BACK_WITHIN_MS = 5_000
 
 
+# A long reliability check (Redis stopped and started under a live page): -m slow.
+@pytest.mark.slow
 def test_a_page_is_told_redis_went_away_and_catches_up_when_it_is_back(
     page: Page, login, alice, ops, request
 ):

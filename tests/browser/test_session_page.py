@@ -141,6 +141,7 @@ def test_a_run_of_card_updates_is_one_line_that_opens_to_each_receipt(
     expect(receipts.nth(4)).to_be_visible()
 
 
+@pytest.mark.slow  # the default run keeps its time budget; CI runs it with -m slow
 def test_a_session_changing_fast_refetches_its_activity_at_most_once_a_second_then_the_last(
     server, page, login, open_live, alice, ops
 ):

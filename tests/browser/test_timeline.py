@@ -45,6 +45,7 @@ def test_the_timeline_shows_each_tasks_states_and_follows_a_push_live(
     expect(rows).to_have_count(3)
     expect(rows.nth(1)).to_contain_text("Done")
 
+    page.locator("[data-timeline-fold] > summary").click()
     page.locator("[data-timeline-task='task-1'] [data-deliveries-link]").click()
     expect(page.get_by_role("heading", name="Deliveries of task task-1")).to_be_visible()
     expect(page.locator("[data-delivery]")).to_have_count(2)

@@ -10,7 +10,9 @@ from playwright.sync_api import expect
 from tests.browser.conftest import remember_server
 from tests.live_server import LiveServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_a_page_past_the_cap_says_too_many_pages_and_retry_now_takes_it_live(
@@ -30,6 +32,15 @@ def test_a_page_past_the_cap_says_too_many_pages_and_retry_now_takes_it_live(
         expect(second.locator("[data-live-status]")).to_have_text("reconnecting")
 
         first.close()
-        second.get_by_role("button", name="Retry now").click()
-        expect(second.locator("[data-live-status]")).to_have_text("live")
+        # The server gives the place back when it hears the close, a moment after the tab
+        # is gone; a click before then is refused again, and the person clicks once more.
+        status = second.locator("[data-live-status]")
+        for _ in range(10):
+            second.get_by_role("button", name="Retry now").click()
+            try:
+                expect(status).to_have_text("live", timeout=1_000)
+                break
+            except AssertionError:
+                continue
+        expect(status).to_have_text("live")
         expect(second.locator("[data-live-banner]")).to_be_hidden()

@@ -57,7 +57,7 @@ def waiting(agent: RegisteredAgent) -> int:
 def wall_screen(browser: Browser, server: LiveServer, user, request) -> Page:
     """A 1920×1080 screen in UTC, logged in as `user`, whose clock stands still at 09:41
     until the test moves it."""
-    context = browser.new_context(viewport=WALL, timezone_id="UTC")
+    context = browser.new_context(viewport=WALL, timezone_id="UTC", locale="en-GB")
     request.addfinalizer(context.close)
     context.set_default_timeout(10_000)
     request.node.stash[CONTEXT] = context  # screenshots if the test fails

@@ -195,7 +195,8 @@ def registered(onlooker, example_agent) -> Registered:  # noqa: F811 - the impor
 
 
 def interaction_of(row: Task):
-    [interaction] = row.interactions.all()
+    """What the agent asks (the uncertain upload's check aside: a person marks that)."""
+    [interaction] = row.interactions.exclude(kind="check")
     return interaction
 
 
@@ -286,6 +287,13 @@ def test_release_asks_before_deploying_and_an_approval_deploys(registered):
     }
     assert_artifact_files(row, "deploy-report")
     assert row.uncertain_effects == ["upload:checkout-2.5.0.tar.gz"]
+    # Its check waits for a person after the task ended (answering.md, "Uncertain effects").
+    check = row.interactions.get(kind="check")
+    assert (check.state, check.prompt) == (
+        "open",
+        "Check: Upload of checkout-2.5.0.tar.gz unconfirmed",
+    )
+    assert card.facts["unchecked"] == ["upload:checkout-2.5.0.tar.gz"]
     deliveries = registered.assert_pushes_signed_and_accepted(row.task_id)
     uncertain = [d for d in deliveries if profile.EFFECTS in d.body]
     assert len(uncertain) == 1
@@ -336,7 +344,10 @@ def test_a_text_reply_never_approves_and_cancel_ends_the_waiting_task(registered
     assert answer["status"]["state"] == "TASK_STATE_CANCELED"
     # Onlooker hears it from the agent's push (this test applied nothing itself).
     row = registered.task_in(row.task_id, "TASK_STATE_CANCELED")
-    assert not row.session.needs_human
+    # The question closed with it; only the uncertain upload's check still needs a person.
+    kinds = list(row.session.tasks.values_list("interactions__kind", "interactions__state"))
+    assert sorted(kinds) == [("approval", "closed"), ("check", "open")]
+    assert row.session.needs_human
     registered.assert_pushes_signed_and_accepted(row.task_id)
 
 
@@ -574,6 +585,7 @@ class AgentAddressStub:
     rpc_url: str
     extensions: tuple[str, ...] = profile.EXTENSIONS
     credential: str = ""
+    credential_header: str = "Authorization"
 
 
 def test_serve_runs_the_agent_in_a_thread_until_stopped():

@@ -16,7 +16,9 @@ from websockets.exceptions import ConnectionClosed
 from tasks.live.consumers import CLOSE_TOO_MANY
 from tests.live_server import LiveServer, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 async def open_socket(server: LiveServer, cookie: dict) -> ClientConnection:

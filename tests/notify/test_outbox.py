@@ -59,7 +59,9 @@ def ask(registered, *, at: int = 1, interaction_id: str = "i-1", name: str | Non
 
 
 def events(**filters) -> list[tuple[str, int, int]]:
-    rows = Notification.objects.filter(**filters).order_by("channel_id", "kind", "reminder")
+    rows = Notification.objects.filter(**filters).order_by(
+        "channel_id", "kind", "reminder", "round"
+    )
     return [(n.kind, n.reminder, n.round) for n in rows]
 
 

@@ -30,7 +30,7 @@ from standardwebhooks import Webhook
 
 from tasks.models import Interaction
 from tasks.models.notify import Notification, NotificationChannel
-from tasks.notify import claims, sender, sending
+from tasks.notify import answer_links, claims, sender, sending
 from tasks.notify.channels import add
 from tasks.wire import profile
 from tests.builders import approval, status
@@ -166,7 +166,17 @@ def test_an_opening_reaches_the_webhook_signed_and_verifiable(clock, bot, receiv
             "title": session.title,
             "agent": {"id": bot.agent.pk, "name": "alice-bot"},
         },
+        # The answer links as queued (a token carries the time it was made).
+        "actions": row().payload["actions"],
     }
+    assert [action["name"] for action in body["actions"]] == ["approve", "deny"]
+    for action in body["actions"]:
+        link = answer_links.read(action["url"].rstrip("/").rsplit("/", 1)[-1])
+        assert (link.interaction_pk, link.round, link.action) == (
+            interaction.pk,
+            interaction.round,
+            action["name"],
+        )
     sent = row()
     assert (sent.state, sent.attempts) == ("sent", 1) and sent.sent_at is not None
     channel.refresh_from_db()

@@ -87,6 +87,20 @@ def interaction_id(task_id: str) -> str:
     return f"approve-publish-{task_id}"
 
 
+def approval_message(task: dict, *, approved: bool = True) -> dict:
+    """A client's interactions/v1 answer to this agent's approval, as a SendMessage message."""
+    answer = {"interactionId": interaction_id(task["id"]), "approved": approved}
+    return {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "taskId": task["id"],
+        "contextId": task["contextId"],
+        "parts": [{"text": "Approve" if approved else "Deny"}],
+        "metadata": {INTERACTIONS: answer},
+        "extensions": [INTERACTIONS],
+    }
+
+
 def steps(*states: str) -> dict:
     labels = ("Draft the notes", "Get approval", "Publish")
     return {
@@ -322,5 +336,13 @@ class ServedInThread:
             time.sleep(0.01)
 
     def stop(self) -> None:
+        """Stops serving: the port is closed when this returns. The thread may linger (a
+        daemon) while asyncio cancels what a2a-sdk still runs for a task waiting for a
+        person, which can take seconds a test has no use for."""
         self.server.should_exit = True
-        self.thread.join(timeout=5)
+        deadline = time.monotonic() + 5
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            if self.server.started and not any(s.is_serving() for s in self.server.servers):
+                self.thread.join(timeout=0.5)
+                return
+            time.sleep(0.01)

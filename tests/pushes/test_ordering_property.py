@@ -18,6 +18,10 @@ from tasks.wire import profile
 from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
 
+# In the long checks (-m slow; .ci/run runs them on both databases): many generated cases
+# each, and the default run must stay inside its time budget.
+pytestmark = pytest.mark.slow
+
 TERMINALS = ["COMPLETED", "FAILED", "CANCELED", "REJECTED"]
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from django.test import override_settings
 
 from tasks.live import broadcast
@@ -66,6 +67,8 @@ def wait_for(check, what: str, timeout: float = DEADLINE):
         time.sleep(0.05)
 
 
+# A long reliability check (a server and its applier process killed and started again): -m slow.
+@pytest.mark.slow
 def test_a_server_applies_in_its_applier_process_which_is_started_again_and_ends_with_it(
     child,
 ):

@@ -160,7 +160,7 @@ def test_a_finished_session_shows_its_cost_unconfirmed_effects_and_unfinished_st
     html = rendered(FAILED, plan=plan(20, 14), facts=facts)
 
     for place in ("card", "tile"):
-        assert "Cost $0.4231 · 18342 tokens · 12 steps · trace <code>4bf92f35</code>" in html[place]
+        assert "Cost $0.42 · 18,342 tokens · 12 steps · trace <code>4bf92f35</code>" in html[place]
         assert '<p class="card-warning">Upload of report.pdf unconfirmed.</p>' in html[place]
         assert '<ol class="plan plan-finished"' in html[place]
     assert "14 of 20 steps done" in html["card"] and "14 of 20 steps done" in html["summary"]

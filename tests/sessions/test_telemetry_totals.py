@@ -61,12 +61,12 @@ def test_cost_and_trace_ids_stay_when_the_next_turn_starts(client, alice, team_a
 
     totals = page[page.index("data-session-totals") :]
     totals = totals[: totals.index("</span>\n")]
-    assert "$0.7500" in totals and "<strong>1500</strong> tokens" in totals
+    assert "$0.75" in totals and "<strong>1,500</strong> tokens" in totals
     assert "<strong>5</strong> steps" in totals
     turns = page[page.index('<section class="turns"') :]
     turns = turns[: turns.index("</section>")]
     assert turns.index("tr-2") < turns.index("tr-1")  # newest turn first
-    assert "$0.2500" in turns and "$0.5000" in turns
+    assert "$0.25" in turns and "$0.50" in turns
     # The card keeps the last finished turn's cost, steps and trace id while t3 runs.
     card = page[page.index('<aside class="session-rail"') :]
-    assert "Cost $0.5000 · 500 tokens · 2 steps · trace <code>tr-2</code>" in card
+    assert "Cost $0.50 · 500 tokens · 2 steps · trace <code>tr-2</code>" in card

@@ -131,16 +131,7 @@ class CardAgent:
         return task["task"]
 
     def approve(self, task: dict) -> None:
-        answer = {"interactionId": approval_agent.interaction_id(task["id"]), "approved": True}
-        message = {
-            "messageId": str(uuid.uuid4()),
-            "role": "ROLE_USER",
-            "taskId": task["id"],
-            "contextId": task["contextId"],
-            "parts": [{"text": "Approve"}],
-            "metadata": {approval_agent.INTERACTIONS: answer},
-            "extensions": [approval_agent.INTERACTIONS],
-        }
+        message = approval_agent.approval_message(task)
         configuration = {"returnImmediately": True}
         self.rpc("SendMessage", {"message": message, "configuration": configuration})
         self.wait_for_state(task["id"], "TASK_STATE_COMPLETED")
@@ -512,14 +503,24 @@ def test_a_cards_skills_are_kept_as_bounded_plain_text():
         "skills": [
             1,
             {"id": "only-id", "tags": "not a list"},
-            {"name": "<b>Bold</b>", "description": ["no"], "tags": ["t\x1b[31m", 5, "y" * 500]},
+            {
+                "name": "<b>Bold</b>",
+                "description": ["no"],
+                "tags": ["t\x1b[31m", 5, "y" * 500],
+                "examples": ["<i>Ship</i> it\u202e", 7, "", "two", "three", "four"],
+            },
             *({"name": f"s{i}"} for i in range(200)),
         ],
     }
     parsed = agent_card.parse_card(card, "http://a.test/card.json")
     assert len(parsed.description) == agent_card.MAX_DESCRIPTION
-    assert parsed.skills[0] == {"name": "only-id", "description": "", "tags": []}
-    assert parsed.skills[1] == {"name": "Bold", "description": "", "tags": ["t", "y" * 59 + "…"]}
+    assert parsed.skills[0] == {"name": "only-id", "description": "", "tags": [], "examples": []}
+    assert parsed.skills[1] == {
+        "name": "Bold",
+        "description": "",
+        "tags": ["t", "y" * 59 + "…"],
+        "examples": ["Ship it", "two", "three"],  # three at most, plain text, empties left out
+    }
     assert len(parsed.skills) == agent_card.MAX_SKILLS - 1  # the first entry was no skill
     for hostile in ({"skills": "x"}, {"skills": None}, {"description": 5}):
         parsed = agent_card.parse_card({**card, **hostile}, "http://a.test/card.json")

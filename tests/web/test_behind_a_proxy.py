@@ -12,7 +12,9 @@ from tests.builders import status
 from tests.conftest import encode, make_agent
 from tests.live_server import LiveServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 PUBLIC = "https://onlooker.test"
 HTTPS = {"X-Forwarded-Proto": "https"}

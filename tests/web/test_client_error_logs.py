@@ -10,7 +10,9 @@ import pytest
 
 from tests.live_server import LiveServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# In the long checks (-m slow; .ci/run runs them): each starts processes or servers of its own,
+# and the default run must stay inside its time budget.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 TOKEN = "a" * 32  # any well-formed CSRF cookie: the check reads the form before comparing
 

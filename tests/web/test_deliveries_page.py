@@ -45,7 +45,8 @@ def page_of(client: Client, task: Task, query: str = "") -> str:
 
 def bodies(page: str) -> list[str]:
     """The bodies as a person reads them (the page's text, unescaped)."""
-    found = re.findall(r"<pre class=\"delivery-body\" data-delivery-body>(.*?)</pre>", page, re.S)
+    shown = r"<pre class=\"delivery-body\" data-delivery-body[^>]*>(.*?)</pre>"
+    found = re.findall(shown, page, re.S)
     return [html.unescape(body) for body in found]
 
 
@@ -129,7 +130,7 @@ def test_a_huge_body_is_cut_and_says_how_big_it_is(registered, reader):
     page = page_of(reader, task)
 
     assert len(bodies(page)[0]) == BODY_CHARS
-    assert f"Cut: the first {BODY_CHARS} of {len(huge)} characters, as received." in page
+    assert f"Cut: the first {BODY_CHARS:,} of {len(huge):,} characters, as received." in page
 
 
 def test_deliveries_page_back_twenty_at_a_time(registered, reader):

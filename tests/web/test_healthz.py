@@ -93,6 +93,8 @@ def serve(tmp_path):
         stop(process, timeout=2)  # a stuck database connect is not worth waiting for
 
 
+# Long reliability checks (a real server whose database is away): -m slow.
+@pytest.mark.slow
 def test_healthz_names_the_database_when_it_is_unreachable(serve):
     base = serve(
         DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/onlooker",
@@ -103,6 +105,7 @@ def test_healthz_names_the_database_when_it_is_unreachable(serve):
     assert response.json() == {"status": "down", "down": ["database"]}
 
 
+@pytest.mark.slow
 def test_healthz_names_both_when_database_and_redis_are_down_without_internal_detail(serve):
     database_port, redis_port = str(free_port()), str(free_port())
     base = serve(

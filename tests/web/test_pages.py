@@ -184,7 +184,7 @@ def test_session_page_shows_receipts_artifacts_and_what_the_agent_waits_for(clie
     assert "Progress card updated (rev 1)" in receipt[: receipt.index("</li>")]
     assert "<strong>Approval</strong>: Deploy to prod?" in page
     assert "version 2" in page and "out/r.md" in page and "ab" * 32 in page
-    assert "2.0\xa0KB (2048 bytes)" in page and "Summary: all green" in page
+    assert "2.0\xa0KB (2,048 bytes)" in page and "Summary: all green" in page
     assert (
         '<a href="https://files.example/r.md" rel="noopener noreferrer nofollow" '
         'target="_blank">r.md</a>' in page

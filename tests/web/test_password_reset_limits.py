@@ -283,6 +283,8 @@ class _MailingServer(LiveServer):
         return env
 
 
+# A long reliability check (two real server processes): -m slow.
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_both_caps_hold_across_two_server_processes():
     User.objects.create_user("forgetful", email="forgetful@example.com", password="old")

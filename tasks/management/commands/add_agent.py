@@ -1,7 +1,10 @@
 import json
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from tasks.answering import agent_policy
 from tasks.answering.agents import AlreadyRegistered, OtherRpcOrigin, RegistrationError, register
 
 
@@ -38,14 +41,31 @@ class Command(BaseCommand):
             help="register a card URL that is registered already, as a second agent with its "
             "own push URL, secrets and sessions",
         )
+        add_policy_arguments(parser)
+        parser.add_argument(
+            "--oauth-client-id",
+            default="",
+            help="the OAuth client registered at the agent's authorization server, for a "
+            "card that declares an OAuth 2.0 authorization code flow (people then Connect)",
+        )
+        parser.add_argument("--oauth-client-secret", default="", help="that client's secret")
         parser.add_argument(
             "--json",
             action="store_true",
             help="print one JSON object: agent, push_url, push_token, push_bearer, "
-            "signing_secret, api_token",
+            "signing_secret, api_token, and the policy: expire_after, on_expiry, "
+            "no_self_approval, per_person",
         )
 
     def handle(self, *args, **options):
+        try:
+            expire_after = (
+                agent_policy.parse_expiry(options["expire_after"])
+                if options["expire_after"]
+                else None
+            )
+        except agent_policy.PolicyError as error:
+            raise CommandError(f"--expire-after: {error}") from None
         try:
             registration = register(
                 options["card_url"],
@@ -56,6 +76,12 @@ class Command(BaseCommand):
                 credential=options["credential"],
                 allow_other_rpc_origin=options["allow_other_rpc_origin"],
                 again=options["again"],
+                expire_after=expire_after,
+                on_expiry=options["on_expiry"],
+                no_self_approval=options["no_self_approval"],
+                per_person=options["per_person"],
+                oauth_client_id=options["oauth_client_id"],
+                oauth_client_secret=options["oauth_client_secret"],
             )
         except AlreadyRegistered as error:
             raise CommandError(
@@ -67,7 +93,7 @@ class Command(BaseCommand):
             raise CommandError(f"{error} (--allow-other-rpc-origin)") from None
         except RegistrationError as error:
             raise CommandError(str(error)) from None
-        result = registration.as_json()
+        result = {**registration.as_json(), **agent_policy.as_json(registration.agent)}
         if options["json"]:
             self.stdout.write(json.dumps(result))
             return
@@ -83,3 +109,44 @@ class Command(BaseCommand):
                 "Pushes must be signed (Standard Webhooks); tokens alone are refused."
             )
         self.stdout.write("These secrets are shown only now: store them with the agent.")
+        for line in agent_policy.describe(agent):
+            self.stdout.write(line)
+        # Some runtimes push only to hosts on an allowlist, or only with a secret registered
+        # beforehand (docs/push-configurations.md): a task's own config would fail silently.
+        host = urlsplit(settings.ONLOOKER_PUBLIC_URL).hostname
+        self.stdout.write(
+            f"If the agent's runtime only pushes to allowlisted hosts, allow {host}; if it "
+            "needs a push secret registered, use the push bearer/token above (or the signing "
+            "secret)."
+        )
+
+
+def add_policy_arguments(parser) -> None:
+    """The team's policy for what the agent asks (answering/agent_policy.py)."""
+    parser.add_argument(
+        "--expire-after",
+        metavar="DURATION",
+        default="",
+        help="a question still open this long expires, e.g. 4h, 30m, 1d2h (1 minute to 30 "
+        "days; without it questions wait until someone answers)",
+    )
+    parser.add_argument(
+        "--on-expiry",
+        choices=agent_policy.ON_EXPIRY,
+        default="deny",
+        help="deny: an expired approval or connection is denied on the team's behalf (never "
+        "approved; a question is only marked); leave: only marked expired, the agent keeps "
+        "waiting (default: deny)",
+    )
+    parser.add_argument(
+        "--no-self-approval",
+        action="store_true",
+        help="whoever started a task from the composer cannot approve its approvals: "
+        "someone else must",
+    )
+    parser.add_argument(
+        "--per-person",
+        action="store_true",
+        help="answers, messages and cancels need the person's own credential (saved on "
+        "their settings page, or connected with OAuth): no shared credential stands in",
+    )

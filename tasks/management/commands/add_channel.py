@@ -27,6 +27,20 @@ class Command(BaseCommand):
             help="remind while still open after this long, e.g. 15m (at most 3 reminders)",
         )
         parser.add_argument(
+            "--after",
+            metavar="DURATION",
+            default="",
+            help="an escalation channel: told only of questions still open this long, e.g. 30m "
+            "(as interaction.escalated)",
+        )
+        parser.add_argument(
+            "--slack-signing-secret",
+            metavar="SECRET",
+            default="",
+            help="the Slack app's signing secret: its messages get Approve/Deny buttons, whose "
+            "clicks come back to the printed interactions URL",
+        )
+        parser.add_argument(
             "--allow-private",
             action="store_true",
             help=(
@@ -38,7 +52,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json",
             action="store_true",
-            help="print one JSON object: channel, kind, signing_secret",
+            help="print one JSON object: channel, kind, signing_secret, interactions_url",
         )
 
     def handle(self, *args, **options):
@@ -50,12 +64,19 @@ class Command(BaseCommand):
             kind, target = Kind.EMAIL, options["email"]
         try:
             interval = parse_interval(options["remind_after"]) if options["remind_after"] else None
+            escalate = (
+                parse_interval(options["after"], what="an escalation delay")
+                if options["after"]
+                else None
+            )
             added = add(
                 options["team"],
                 kind,
                 target,
                 remind_after=interval,
                 allow_private=options["allow_private"],
+                escalate_after=escalate,
+                slack_signing_secret=options["slack_signing_secret"],
             )
         except ChannelError as error:
             raise CommandError(str(error)) from None
@@ -67,6 +88,7 @@ class Command(BaseCommand):
                         "channel": channel.pk,
                         "kind": channel.kind,
                         "signing_secret": added.signing_secret,
+                        "interactions_url": added.interactions_url,
                     }
                 )
             )
@@ -74,6 +96,15 @@ class Command(BaseCommand):
         self.stdout.write(f"Channel {channel.pk}: {channel}")
         if channel.allow_private:
             self.stdout.write("It may post to a private address.")
+        if channel.escalate_after:
+            self.stdout.write(
+                f"Escalation channel: told only of questions still open after {options['after']}."
+            )
+        if added.interactions_url:
+            self.stdout.write(
+                "Interactions URL (paste it into the Slack app's Interactivity & Shortcuts → "
+                f"Request URL): {added.interactions_url}"
+            )
         if channel.remind_after:
             self.stdout.write(f"Reminds after {options['remind_after']}, at most 3 times.")
         if added.signing_secret:

@@ -2,7 +2,9 @@
 configure. It prepares the embedded database, a demo user who may answer, and the example
 A2A agent (`python -m demo.agent`, a real a2a-sdk server on loopback, registered exactly as a
 user would with add_agent), starts the dashboard and a few sessions, and stops everything on
-Ctrl-C. Running it again reuses the user and the agent.
+Ctrl-C. Running it again reuses the user, the agent and the sessions the earlier runs started:
+a first message that already titles one of the agent's sessions is not sent again, so a second
+run shows the first run's sessions once, not twice.
 
 With `ONLOOKER_DEMO_WEBHOOK=URL` set, the demo's team (`demo`, which the demo user joins) gets
 a signed webhook channel posting to that URL, made the first time through the same call as
@@ -28,7 +30,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.answering import a2a_client, agent_card, agents
-from tasks.models import Agent
+from tasks.models import Agent, Session
 from tasks.models.notify import NotificationChannel
 from tasks.notify import channels
 
@@ -90,8 +92,8 @@ class Command(BaseCommand):
                                logs / "demo-dashboard.log")  # fmt: skip
             children.append(dashboard)
             _wait_until_listening(dashboard, port, "the dashboard")
-            started = self._start_sessions(agent, sessions)
-            self._welcome(port, password, started)
+            started, kept = self._start_sessions(agent, sessions)
+            self._welcome(port, password, started, kept)
             while all(child.poll() is None for child in children):
                 time.sleep(0.5)
             raise CommandError(f"a demo process stopped on its own; see the logs in {logs}")
@@ -140,18 +142,24 @@ class Command(BaseCommand):
             agents.refresh_card(agent)
         return agent
 
-    def _start_sessions(self, agent: Agent, count: int) -> int:
-        started = 0
+    def _start_sessions(self, agent: Agent, count: int) -> tuple[int, int]:
+        """Starts the first `count` demo sessions that no earlier run started; returns how
+        many it started and how many it kept from earlier runs."""
+        started = kept = 0
         for text in FIRST_MESSAGES[:count]:
+            # The session is titled after its first message (sessions/changes.py).
+            if Session.objects.filter(agent=agent, title=text).exists():
+                kept += 1
+                continue
             _, push = agents.new_push_config(agent)
             try:
                 a2a_client.send_message(agent, text, push=push)
                 started += 1
             except a2a_client.A2AError as error:
                 self.stderr.write(f"Could not start '{text}': {error}")
-        return started
+        return started, kept
 
-    def _welcome(self, port: int, password: str | None, started: int) -> None:
+    def _welcome(self, port: int, password: str | None, started: int, kept: int = 0) -> None:
         url = f"http://127.0.0.1:{port}/"
         lines = [
             "",
@@ -160,8 +168,8 @@ class Command(BaseCommand):
             + (f" with the password {password}" if password else " (password as printed before)"),
             *(
                 (
-                    f"The example agent is working on {started} sessions; approve or deny what "
-                    "it asks,",
+                    f"The example agent is working on {started} "
+                    f"session{'s' if started != 1 else ''}; approve or deny what it asks,",
                     "or write to it from a session page. Ctrl-C stops everything.",
                 )
                 if started
@@ -173,6 +181,15 @@ class Command(BaseCommand):
             ),
             f"Logs: {Path(settings.DATA_DIR) / 'demo-dashboard.log'} and demo-agent.log beside it.",
         ]
+        if kept:
+            # The agent keeps its tasks in memory: a question an earlier run left open can
+            # only be dismissed (the session page offers it once the agent says so).
+            lines.insert(
+                3,
+                f"Kept {kept} session{'s' if kept != 1 else ''} from an earlier run as "
+                "they were (not started again); the restarted agent no longer knows their "
+                "tasks.",
+            )
         if password is None:
             lines.append("Forgot the password? .venv/bin/python manage.py changepassword demo")
         self.stdout.write("\n".join(lines) + "\n")
@@ -197,9 +214,11 @@ def webhook_channel(url: str) -> tuple[NotificationChannel, str | None]:
     twice). Made through `channels.add`, as `add_channel --webhook` makes one; the demo user
     joins the team, so their settings page lists it. Raises channels.ChannelError for a URL
     that could never receive."""
-    existing = NotificationChannel.objects.filter(
-        team__name=TEAM, kind=NotificationChannel.Kind.WEBHOOK, target=url.strip()
-    ).first()
+    # Targets are sealed at rest (no two encryptions match): compared once read.
+    team_webhooks = NotificationChannel.objects.filter(
+        team__name=TEAM, kind=NotificationChannel.Kind.WEBHOOK
+    )
+    existing = next((c for c in team_webhooks if c.target == url.strip()), None)
     if existing is not None:
         channel, secret = existing, None
     else:

@@ -10,7 +10,7 @@ from django.db.models import Max
 
 from tasks.models import Artifact, Task
 from tasks.pushes.apply.state import Applied
-from tasks.sessions import artifact_markdown
+from tasks.sessions import artifact_markdown, search
 from tasks.wire import profile
 from tasks.wire import protocol as p
 
@@ -46,6 +46,8 @@ def _new_version(
         markdown_html=artifact_markdown.artifact_html(parts, files),
         received_at=applied.now,
     )
+    if artifact.name:
+        search.also_said(task.session_id, artifact.name)
     applied.locked.timeline.artifact(artifact)
 
 
@@ -79,6 +81,8 @@ def artifact_update(applied: Applied, task: Task, event: p.ArtifactUpdate) -> No
         latest.parts = [*latest.parts, *parts]
         latest.files = files or latest.files
         latest.name = artifact.name or latest.name
+        if latest.name:
+            search.also_said(task.session_id, latest.name)
         latest.complete = bool(event.last_chunk)  # appending: a stream, until it says last
         latest.markdown_html = artifact_markdown.artifact_html(latest.parts, latest.files)
         latest.save(update_fields=["parts", "files", "name", "complete", "markdown_html"])

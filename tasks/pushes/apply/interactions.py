@@ -56,6 +56,13 @@ def opened(
         current=current,
         **asking,
     )
+    if interaction.kind == Interaction.Kind.CHECK:
+        # An uncertain effect's check took this id first: only a person ends a check.
+        applied.warnings.append(
+            f"interactions/v1: {asked.interaction_id!r} is the id of an uncertain effect's "
+            "check; not asked"
+        )
+        return
     if not current:
         return
     # Asked for the first time, or anew (a new round): the team hears of it.

@@ -1,6 +1,7 @@
 """A task's status: where it falls among the ones already applied (by the agent's
 timestamps), and what it carries: the task's state, the card's note and plan, uncertain
-effects and telemetry. Its message goes to the transcript, its question to interactions.
+effects and telemetry. Its message goes to the transcript, its question to interactions, an
+uncertain effect's check to checks.
 
 A status newer than the stored one is *current* and sets the task's state; an older one is
 *history*: its message, effect and plan are kept but the state is not touched. A terminal
@@ -12,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tasks.models import INTERRUPTED_STATES, TERMINAL_STATES, Delivery, Task
-from tasks.pushes.apply import interactions, transcript
+from tasks.pushes.apply import checks, interactions, transcript
 from tasks.pushes.apply.state import Applied
 from tasks.runtime import prepared
 from tasks.wire import profile
@@ -57,7 +58,7 @@ def apply(applied: Applied, task: Task, status: p.Status, event_metadata: dict) 
     at = status.timestamp or applied.now
 
     _message(applied, task, status, at)
-    _effects(applied, task, metadatas)
+    _effects(applied, task, status, metadatas, at)
     _plan(applied, task, metadatas, status.timestamp)
     _note(task, status)
 
@@ -105,14 +106,19 @@ def _current(
     task.status_message = status.message.text if status.message else ""
 
 
-def _effects(applied: Applied, task: Task, metadatas: tuple[dict, ...]) -> None:
+def _effects(
+    applied: Applied, task: Task, status: p.Status, metadatas: tuple[dict, ...], at: datetime
+) -> None:
+    """An uncertain effect: kept on the task, and a check opened for a person to look at."""
     value = profile.find(profile.EFFECTS, *metadatas)
     if value is None:
         return
     effect = profile.read_uncertain(value, applied.warnings)
-    if effect and effect not in task.uncertain_effects:
-        # Sorted, not in arrival order: pushes may come in any order.
-        task.uncertain_effects = sorted([*task.uncertain_effects, effect])
+    if not effect or effect in task.uncertain_effects:
+        return  # known already: its check was opened with it
+    # Sorted, not in arrival order: pushes may come in any order.
+    task.uncertain_effects = sorted([*task.uncertain_effects, effect])
+    checks.opened(applied, task, effect, status, at)
 
 
 def _is_note(status: p.Status) -> bool:

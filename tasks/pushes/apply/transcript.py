@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from tasks.models import Delivery, Message, ProgressCard, Session, Task
 from tasks.pushes.apply.state import Applied
 from tasks.runtime import prepared
-from tasks.sessions import changes, progress_card
+from tasks.sessions import artifact_markdown, changes, progress_card
 from tasks.wire import message_parts
 from tasks.wire import protocol as p
 
@@ -61,6 +61,11 @@ def keep(
             message_id=message.message_id,
             role=message.role,
             text=text,
+            # The agent's markdown, rendered once, here; people's text stays plain, and a
+            # receipt is one line (the card shows the note).
+            html=artifact_markdown.message_html(text)
+            if message.role == Message.Role.AGENT and not card_update
+            else "",
             at=at,
             estimated_time=estimated,
             card_update=card_update,
