@@ -10,10 +10,9 @@ keeps hinting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable
 
-from tasks.live import broadcast
+from tasks.live import broadcast, fanout
 
 
 async def join(layer) -> str:
@@ -53,18 +52,26 @@ async def heard(
 async def first(layer, channel: str, groups: Iterable[str], *, within: float = 5.0) -> dict:
     """The first hint for any of `groups` to reach `channel`; fails after `within` seconds."""
     wanted = set(groups)
-    async with asyncio.timeout(within):
-        while True:
-            wired = await layer.receive(channel)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    receiving = None
+    try:
+        while (left := deadline - loop.time()) > 0:
+            receiving = asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({receiving}, timeout=left)
+            if not done:
+                break
+            wired, receiving = receiving.result(), None
             if wanted.intersection(wired["groups"]):
                 return wired
+    finally:
+        await _stop(receiving)
+    raise TimeoutError(f"no hint for {sorted(wanted)} within {within} s")
 
 
 async def _stop(receiving: asyncio.Future | None) -> None:
-    """Cancel a receive no longer wanted, whatever it raises then: the Redis layer's can come
-    out of a cancellation as redis-py's TimeoutError (tasks/live/fanout.py says why)."""
-    if receiving is None:
-        return
-    receiving.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await receiving
+    """End a receive no longer wanted, as the process's listener does: the Redis layer's can
+    lose a cancellation, or come out of one as redis-py's TimeoutError (tasks/live/fanout.py
+    says why)."""
+    if receiving is not None:
+        await fanout.end(receiving)

@@ -15,6 +15,7 @@ Sockets only listen, so nothing is lost by skipping their own channels.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
@@ -40,6 +41,8 @@ RESYNC = {"text": '{"type":"resync"}'}
 # Seconds between attempts to join the layer again after losing it: the first at once-ish,
 # then doubling, so a page is live again within about a second of the layer's return.
 RETRY_FIRST, RETRY_MOST = 0.25, 1.0
+# Seconds a cancelled receive has to end before it is cancelled again (see receive).
+CANCEL_AGAIN_AFTER = 0.1
 
 
 class Listener:
@@ -81,7 +84,7 @@ class Listener:
             if self.lost:
                 await self._join_again()
             try:
-                message = await self.layer.receive(self.channel)
+                message = await receive(self.layer, self.channel)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - a layer that went away must not end the loop
@@ -128,6 +131,33 @@ class Listener:
             except Exception as error:  # noqa: BLE001 - tried again at the next turn
                 _stop_if_cancelled()
                 log.warning("live listener: joining again failed: %s", error)
+
+
+async def receive(layer, channel: str) -> dict:
+    """The layer's next message on the channel, from a receive that a cancellation surely
+    ends. channels_redis on Python 3.11 can lose a cancellation (redis-py sends under
+    asyncio.wait_for, which returns a result that came in the same turn as the cancel) and
+    then waits on Redis again, five seconds at a time, for ever: a listener awaiting it never
+    ended, nor did its event loop's shutdown, which waits for every task (a test hung 300 s,
+    and a server would not stop). Cancelled, this cancels the receive until it has ended."""
+    receiving = asyncio.ensure_future(layer.receive(channel))
+    try:
+        await asyncio.wait({receiving})
+    except asyncio.CancelledError:
+        await end(receiving)
+        raise
+    return receiving.result()
+
+
+async def end(receiving: asyncio.Future) -> None:
+    """Cancel a receive until it has ended (see receive: once may not do), whatever it
+    raises; cancelled meanwhile, the caller is ending anyway, so this finishes first."""
+    while not receiving.done():
+        receiving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({receiving}, timeout=CANCEL_AGAIN_AFTER)
+    if not receiving.cancelled():
+        receiving.exception()  # retrieved: asyncio would log it as never retrieved
 
 
 async def _hand(message: dict, sockets: set[Deliver]) -> None:

@@ -16,7 +16,6 @@ import logging
 import re
 from typing import NamedTuple
 
-from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
@@ -119,4 +118,17 @@ class ExactOriginValidator:
             [value[:100] for value in _header_values(scope, b"origin")[:2]],
             settings.ONLOOKER_PUBLIC_URL,
         )
-        return await WebsocketDenier()(scope, receive, send)
+        await refuse(receive, send)
+
+
+async def refuse(receive, send) -> None:
+    """Refuse the handshake (a close before accepting is HTTP 403), then wait for the
+    connection to end. Not channels' WebsocketDenier: as a consumer it opens a channel on the
+    channel layer, so every refused page kept a Redis receive waiting until it went, and that
+    receive, once cancelled, could wait on Redis for ever (tasks/live/fanout.py)."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.close"})
+        elif message["type"] == "websocket.disconnect":
+            return

@@ -4,8 +4,11 @@ allows). A page on another port or scheme of the same host carries the user's co
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -98,3 +101,20 @@ def test_a_handshake_from_any_other_origin_is_refused_before_authentication(cook
 def test_two_origin_headers_are_refused(cookie):
     served = (b"origin", SERVED_AT.encode())
     assert handshake((b"host", b"127.0.0.1:8000"), served, served, cookie) == (False, 1000)
+
+
+def test_a_refused_handshake_opens_nothing_on_the_channel_layer(cookie, settings):
+    """channels' WebsocketDenier is a consumer with a channel of its own: every refused page
+    kept a receive waiting on the layer (on Redis, a blocking pop) until it went."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"https://evil.example"), cookie]
+
+    async def scenario():
+        communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
+        connected, _ = await communicator.connect(timeout=3)
+        await asyncio.sleep(0.05)  # a consumer's receive would be waiting by now
+        waiting = list(get_channel_layer().channels)
+        await communicator.disconnect()
+        return connected, waiting
+
+    assert async_to_sync(scenario)() == (False, [])
