@@ -33,7 +33,13 @@ from django.test import Client
 from tasks.models import Delivery, Session, Task
 from tasks.sessions import fragments
 from tests.conftest import RegisteredAgent, encode, sign_headers
-from tests.processes import clean_environment, free_port, start_daphne, wait_until_listening
+from tests.processes import (
+    clean_environment,
+    free_port,
+    start_daphne,
+    start_serving,
+    wait_until_listening,
+)
 
 START_TIMEOUT = 20.0  # seconds; Daphne starts in 1-2 s, slower on a loaded CI machine
 STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
@@ -85,8 +91,11 @@ class LiveServer:
         log_path: Path | None = None,
         database_url: str | None = None,
         environment: dict[str, str] | None = None,
+        processes: int | None = None,
     ) -> None:
         self.port = port or free_port()
+        # None: one Daphne; a number: `manage.py serve` with that many on the port.
+        self.processes = processes
         # Another way to the test database (a proxy in front of it), or none: this one.
         self.database_url = database_url
         self.extra_environment = environment or {}  # settings of its own (ONLOOKER_…)
@@ -120,7 +129,12 @@ class LiveServer:
             raise RuntimeError(f"the server on port {self.port} is already running")
         # Appended to, so a restart keeps what the first run said.
         with open(self.log_path, "ab") as output:
-            self.process = start_daphne(self.port, self.environment(), output=output)
+            if self.processes is None:
+                self.process = start_daphne(self.port, self.environment(), output=output)
+            else:
+                self.process = start_serving(
+                    self.port, self.processes, self.environment(), output=output
+                )
         wait_until_listening(self.process, self.port, timeout=START_TIMEOUT, log=self.log)
 
     def stop(self) -> None:

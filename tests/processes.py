@@ -60,6 +60,18 @@ def start_daphne(
     )
 
 
+def start_serving(port: int, processes: int, env: dict[str, str], *, output) -> subprocess.Popen:
+    """`manage.py serve`: `processes` Daphne processes on one port, under one parent."""
+    command = [sys.executable, "manage.py", "serve", "--port", str(port)]
+    return subprocess.Popen(
+        [*command, "--processes", str(processes)],
+        cwd=ROOT,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def wait_until_listening(
     process: subprocess.Popen, port: int, *, timeout: float, log: Callable[[], str] = str
 ) -> None:
