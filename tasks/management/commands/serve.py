@@ -9,7 +9,7 @@ each process (Daphne's --fd), so a process that dies leaves its socket open: con
 that come while it is started again wait in its queue, none is refused.
 
 Several processes hear each other's pushes only through Redis: more than one needs
-REDIS_URL (and, for a team, PostgreSQL: docs/deploying.md).
+REDIS_URL (and, for a team, PostgreSQL: docs/running.md).
 """
 
 from __future__ import annotations
