@@ -159,8 +159,24 @@ function restoreSelection() {
   }
 }
 
-document.addEventListener("onlooker:refetched", restoreSelection);
-document.addEventListener("onlooker:waiting-replaced", restoreSelection);
+// The row the keys were on was replaced too: its marker went with it, and if the focus fell
+// to the page an x pressed now would select nothing. The same item's new row takes both back.
+function restoreFocus() {
+  if (!remembered) return;
+  const list = items();
+  const item = list.find((candidate) => identity(candidate) === remembered);
+  if (!item) return;
+  const active = document.activeElement;
+  if (!active || active === document.body) moveTo(item, list);
+  else if (item.contains(active)) item.classList.add("is-key-focus");
+}
+
+for (const name of ["onlooker:refetched", "onlooker:waiting-replaced"]) {
+  document.addEventListener(name, () => {
+    restoreSelection();
+    restoreFocus();
+  });
+}
 document.addEventListener("onlooker:answered", () => setTimeout(restoreSelection, 0));
 
 function toggle(item) {
@@ -256,7 +272,11 @@ document.addEventListener("keydown", (event) => {
     return;
   }
   const list = items();
-  const item = list.find((candidate) => candidate.contains(target)) ?? null;
+  // On the page itself, the keys act on the item they were last on (its row may have been
+  // replaced under the focus by a live refresh).
+  const item =
+    list.find((candidate) => candidate.contains(target)) ??
+    (target === document.body ? (list.find((candidate) => identity(candidate) === remembered) ?? null) : null);
   // Letters without Shift (Caps Lock still counts); "?" and "/" as the layout types them.
   const key = event.key.length === 1 && !event.shiftKey ? event.key.toLowerCase() : event.key;
   let handled = true;
@@ -289,4 +309,18 @@ document.addEventListener("focusin", (event) => {
     remembered = "";
     rememberedAt = -1;
   }
+});
+
+// Clicking where nothing takes the focus leaves it on the page itself, with no focusin: forget
+// the item then too. Not when its row went (a live refresh replaced it): restoreFocus takes
+// the focus back to the item's new row.
+document.addEventListener("focusout", (event) => {
+  const left = event.target;
+  setTimeout(() => {
+    if (!left.isConnected || (document.activeElement && document.activeElement !== document.body)) return;
+    if (!left.closest?.(".is-key-focus")) return;
+    left.closest(".is-key-focus").classList.remove("is-key-focus");
+    remembered = "";
+    rememberedAt = -1;
+  });
 });

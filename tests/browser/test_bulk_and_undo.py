@@ -138,15 +138,7 @@ def test_x_x_a_enter_approves_exactly_the_two_selected_after_one_confirmation(
             expect(row(page, interaction)).to_have_class(re.compile(r"\bis-selected\b"))
         expect(row(page, waiting[2]).get_by_role("checkbox")).to_have_count(0)
         # A live refresh of the list (the third session changed) keeps what was selected.
-        page.evaluate("window.__replaced = 0")
-        page.evaluate(
-            "document.addEventListener('onlooker:waiting-replaced', () => window.__replaced++)"
-        )
-        push_http(server, registered, asking(3, PROMPTS[2], at=10, text="Still waiting"))
-        deadline = time.monotonic() + 10
-        while not page.evaluate("window.__replaced") and time.monotonic() < deadline:
-            page.wait_for_timeout(50)  # the page's CSP refuses wait_for_function's eval
-        assert page.evaluate("window.__replaced"), "the list was not refreshed"
+        replace_the_list(page, server, registered)
         for interaction in waiting[:2]:
             expect(row(page, interaction).get_by_role("checkbox")).to_be_checked()
 
@@ -182,6 +174,38 @@ def test_x_x_a_enter_approves_exactly_the_two_selected_after_one_confirmation(
         assert sorted(decisions(stub)) == [("i-1", True), ("i-2", True)]
         expect(row(page, waiting[2])).to_have_count(1)
         assert Interaction.objects.get(pk=waiting[2].pk).state == Interaction.State.OPEN
+    finally:
+        page.context.close()
+
+
+def replace_the_list(page: Page, server: LiveServer, registered) -> None:
+    """A push about the third session, and the wait until the page has refreshed its list."""
+    page.evaluate("window.__replaced = 0")
+    page.evaluate(
+        "document.addEventListener('onlooker:waiting-replaced', () => window.__replaced++)"
+    )
+    push_http(server, registered, asking(3, PROMPTS[2], at=10, text="Still waiting"))
+    deadline = time.monotonic() + 10
+    while not page.evaluate("window.__replaced") and time.monotonic() < deadline:
+        page.wait_for_timeout(50)  # the page's CSP refuses wait_for_function's eval
+    assert page.evaluate("window.__replaced"), "the list was not refreshed"
+
+
+def test_the_keys_stay_on_their_row_when_a_live_refresh_replaces_it(
+    browser, server, registered, waiting, ops, approvers
+):
+    page = open_as(browser, member("alice", ops, approvers), server, "/")
+    try:
+        expect(page.locator("[data-waiting] [data-inbox-row]")).to_have_count(3)
+        page.keyboard.press("j")
+        expect(row(page, waiting[0])).to_have_class(re.compile(r"\bis-key-focus\b"))
+        replace_the_list(page, server, registered)
+        expect(row(page, waiting[0])).to_have_class(re.compile(r"\bis-key-focus\b"))
+        page.keyboard.press("x")
+        expect(row(page, waiting[0]).get_by_role("checkbox")).to_be_checked()
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        expect(row(page, waiting[1]).get_by_role("checkbox")).to_be_checked()
     finally:
         page.context.close()
 
