@@ -154,7 +154,7 @@ function unmarkOwnRow() {
 }
 unmarkOwnRow();
 
-document.addEventListener("onlooker:changed", (event) => {
+document.addEventListener("onlooker:changed", async (event) => {
   unmarkOwnRow();
   const message = event.detail;
   if (!card || String(message.session) !== openFor) return;
@@ -162,10 +162,17 @@ document.addEventListener("onlooker:changed", (event) => {
     close();
     return;
   }
-  show(message);
   // The row was just re-rendered: tell assistive technology again that its card is open.
   linkOf(openFor)?.setAttribute("aria-expanded", "true");
   linkOf(openFor)?.setAttribute("aria-controls", card.id);
+  if (message.html?.card) {
+    show(message);
+    return;
+  }
+  // Live messages carry only what the page itself shows: fetch the card the dialog shows.
+  const id = openFor;
+  const snapshot = await load(id);
+  if (snapshot?.hasCard && id === openFor) show(snapshot);
 });
 
 // The page refetched after a reconnect: what the open card shows may have changed unheard.

@@ -520,8 +520,12 @@ let accessChangedAt = 0;
 
 function socketUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = sessionId ? `?session=${encodeURIComponent(sessionId)}` : "";
-  return `${scheme}//${location.host}/ws/live/${query}`;
+  const query = new URLSearchParams();
+  if (sessionId) query.set("session", sessionId);
+  // Only the fragments this page keeps live are sent to it (tasks/live/fanout.py): the sidebar's
+  // rows, the tiles, and a session page's own card.
+  query.set("show", [sidebarList && "sidebar", tiles && "tiles"].filter(Boolean).join(","));
+  return `${scheme}//${location.host}/ws/live/?${query}`;
 }
 
 function connect() {

@@ -75,13 +75,19 @@ def notice(session_id: int, team_id: int | None, message: dict) -> None:
 def wire(message: dict, groups: list[str]) -> dict:
     """What travels through the channel layer: the message encoded once, here, rather than
     once per socket by every consumer that forwards it, and the groups whose sockets it is
-    for (each process's listener hands it to its own)."""
-    body = {k: v for k, v in message.items() if k != "type"}
-    return {
+    for (each process's listener hands it to its own). A snapshot's fragments are encoded
+    each on its own, as JSON strings: a page is sent only those it shows, joined to the
+    rest without encoding anything again (fanout.text_for)."""
+    body = {k: v for k, v in message.items() if k not in ("type", "html")}
+    wired = {
         "type": message["type"],
         "groups": groups,
         "text": json.dumps(body, separators=(",", ":")),
     }
+    if "html" in message:
+        wired["session"] = message["session"]
+        wired["html"] = {key: json.dumps(html) for key, html in message["html"].items()}
+    return wired
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None

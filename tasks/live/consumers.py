@@ -65,6 +65,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         broadcast.use_loop(asyncio.get_running_loop())
         self.joined: list[str] = []
         self.watched: access.Watched | None = None
+        self.shown: tuple[str, ...] | None = None
+        self.page_session: int | None = None
         self.revoked = False
         self.holder: int | None = None
         user = self.scope.get("user")
@@ -89,6 +91,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # A page's session id, or none: not a number or past any id (a 64-bit column).
         valid = session.isascii() and session.isdigit() and len(session) <= 18
         session_id = int(session) if valid else None
+        # The fragments the page keeps live: only those are sent to it.
+        self.shown = fanout.fragments_shown(query.get("show", [None])[0])
+        self.page_session = session_id
         groups = await database_sync_to_async(groups_for)(user, session_id)
         await fanout.listener().join(self.deliver, groups)
         self.joined = groups
@@ -145,4 +150,5 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """A hint from this process's listener, for one of the groups this socket joined."""
         if self.revoked:
             return
-        await self.send(text_data=event["text"])  # encoded once, by broadcast.wire
+        # Encoded once per hint (broadcast.wire), joined once per kind of page (fanout).
+        await self.send(text_data=fanout.text_for(event, self.shown, self.page_session))

@@ -133,6 +133,41 @@ class Listener:
                 log.warning("live listener: joining again failed: %s", error)
 
 
+# The fragments a page shows of any session, by the word its socket names in `show`
+# (static/js/live.js: the parts of the page it keeps live), and those a session page shows of
+# its own session besides. A monitoring screen needs no card, a session page no tiles.
+SHOWN_BY = {"sidebar": ("sidebar",), "tiles": ("tile",)}
+OWN = ("card", "summary")
+
+
+def fragments_shown(show: str | None) -> tuple[str, ...] | None:
+    """The fragments a socket asked for (`show=sidebar,tiles`), or None (every one) when it
+    did not say, as pages from before this did not; words it does not know are ignored."""
+    if show is None:
+        return None
+    return tuple(sorted({key for word in show.split(",") for key in SHOWN_BY.get(word, ())}))
+
+
+def text_for(
+    wired: dict, shown: tuple[str, ...] | None = None, own_session: int | None = None
+) -> str:
+    """A hint as one socket is sent it: a snapshot with only the fragments its page shows
+    (`shown`, and its own session's card), joined from the parts encoded once per hint
+    (broadcast.wire) and kept on the hint for the next socket that shows the same."""
+    html = wired.get("html")
+    if html is None:
+        return wired["text"]
+    keys = tuple(html) if shown is None else shown
+    if own_session is not None and shown is not None and wired.get("session") == own_session:
+        keys = (*keys, *OWN)
+    texts = wired.setdefault("texts", {})
+    text = texts.get(keys)
+    if text is None:
+        members = ",".join(f'"{key}":{html[key]}' for key in keys if key in html)
+        text = texts[keys] = f'{wired["text"][:-1]},"html":{{{members}}}}}'
+    return text
+
+
 async def receive(layer, channel: str) -> dict:
     """The layer's next message on the channel, from a receive that a cancellation surely
     ends. channels_redis on Python 3.11 can lose a cancellation (redis-py sends under

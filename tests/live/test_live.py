@@ -4,6 +4,7 @@ what a message carries. Pushes go through the real receiver; the hints are real 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -14,7 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dashboard.asgi import application
-from tasks.live import broadcast
+from tasks.live import broadcast, fanout
 from tasks.models import ProgressCard, Session
 from tests.builders import approval, status
 from tests.conftest import make_agent, push
@@ -86,6 +87,76 @@ def test_team_member_hears_a_push_with_fragments_and_revision(alice, ops):
     assert f'data-session="{session.pk}" data-revision="1"' in message["html"]["card"]
     assert "Reading logs" in message["html"]["card"]
     assert f'data-sidebar-session="{session.pk}"' in message["html"]["sidebar"]
+
+
+def heard_fragments(user, path: str, pushes) -> dict[str, set[str]]:
+    """The fragment names of what a socket at `path` heard of each session pushed to, by
+    context id: the last message about each, once every one has been heard of."""
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(user), path=path)
+        assert (await communicator.connect())[0]
+        for registered, body in pushes:
+            await sync_to_async(push)(Client(), registered, body)
+        wanted = {body["statusUpdate"]["contextId"] for _, body in pushes}
+        heard: dict[int, set[str]] = {}
+        ids = await sync_to_async(
+            lambda: dict(
+                Session.objects.filter(context_id__in=wanted).values_list("pk", "context_id")
+            )
+        )()
+        while set(heard) != set(ids):
+            message = await communicator.receive_json_from(timeout=5)
+            heard[message["session"]] = set(message["html"])
+        await communicator.disconnect()
+        return {ids[pk]: fragments for pk, fragments in heard.items()}
+
+    return run(scenario)
+
+
+def test_a_monitoring_screen_is_sent_its_rows_and_tiles_and_no_card(alice, ops):
+    registered = make_agent(team=ops)
+    pushes = [(registered, status("WORKING", at=1, context="c"))]
+    heard = heard_fragments(alice, "/ws/live/?show=sidebar,tiles", pushes)
+    assert heard == {"c": {"sidebar", "tile"}}
+
+
+def test_a_session_page_is_sent_its_own_card_and_only_the_rows_of_other_sessions(alice, ops):
+    registered = make_agent(team=ops)
+    push(Client(), registered, status("WORKING", at=1, task="t1", context="own"))
+    own = Session.objects.get(context_id="own")
+    pushes = [
+        (registered, status("WORKING", at=2, task="t1", context="own", text="Step two")),
+        (registered, status("WORKING", at=1, task="t2", context="other")),
+    ]
+    heard = heard_fragments(alice, f"/ws/live/?session={own.pk}&show=sidebar", pushes)
+    assert heard == {"own": {"card", "summary", "sidebar"}, "other": {"sidebar"}}
+
+
+def test_a_page_that_says_nothing_of_what_it_shows_is_sent_every_fragment(alice, ops):
+    registered = make_agent(team=ops)
+    odd = heard_fragments(
+        alice, "/ws/live/?show=cards,<b>", [(registered, status("WORKING", at=1, context="c"))]
+    )
+    unsaid = heard_fragments(
+        alice, "/ws/live/", [(registered, status("WORKING", at=2, context="c"))]
+    )
+    assert odd == {"c": set()}
+    assert unsaid == {"c": {"card", "summary", "sidebar", "tile"}}
+
+
+def test_pages_of_one_kind_share_one_encoding_of_a_hint():
+    wired = broadcast.wire(
+        {"type": "card.changed", "session": 7, "html": {"card": "<article>", "tile": "<li>"}},
+        ["team.all", "session.7"],
+    )
+    screen = fanout.text_for(wired, ("tile",))
+    assert fanout.text_for(wired, ("tile",)) is screen
+    assert json.loads(screen) == {"session": 7, "html": {"tile": "<li>"}}
+    assert json.loads(fanout.text_for(wired, (), own_session=7)) == {
+        "session": 7,
+        "html": {"card": "<article>"},
+    }
 
 
 def test_user_outside_the_team_hears_nothing_of_its_sessions(charlie, ops):

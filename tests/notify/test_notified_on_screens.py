@@ -26,6 +26,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from tasks.live import fanout
 from tasks.management.commands import demo
 from tasks.models import Interaction, Session
 from tasks.models.notify import Notification, NotificationChannel
@@ -277,7 +278,7 @@ def heard(groups: list[str], act) -> list[dict]:
         await sync_to_async(act)()
         got = []
         for wired in await listening.heard(layer, name, groups):
-            message = json.loads(wired["text"])
+            message = json.loads(fanout.text_for(wired))
             got.extend((group, message) for group in wired["groups"] if group in groups)
         return got
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from django.test import override_settings
 
-from tasks.live import broadcast
+from tasks.live import broadcast, fanout
 from tasks.pushes import process
 from tests import listening
 from tests.pushes import test_durability as durability
@@ -117,7 +117,7 @@ def test_a_hint_the_applier_process_sends_goes_out_from_the_server(settings):
 
     received = async_to_sync(listening.first)(layer, channel, [broadcast.session_group(41)])
     assert received["groups"] == [broadcast.team_group(None), broadcast.session_group(41)]
-    assert json.loads(received["text"])["revision"] == 3
+    assert json.loads(fanout.text_for(received))["revision"] == 3
 
 
 def test_in_the_applier_process_hints_and_notification_wakes_go_to_the_server():

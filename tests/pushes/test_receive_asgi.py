@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from dashboard.asgi import application
+from tasks.live import fanout
 from tasks.models import Delivery, Refusal, Session
 from tests import listening
 from tests.builders import status
@@ -115,10 +116,10 @@ def test_committed_push_hints_the_team_and_session_groups_in_one_message(
     assert len(callbacks) == 1
     session = Session.objects.get()
     wired = async_to_sync(listening.first)(layer, channel, [f"session.{session.pk}"])
-    assert set(wired) == {"type", "groups", "text"}
+    assert set(wired) == {"type", "groups", "text", "session", "html"}
     assert wired["groups"] == ["team.all", f"session.{session.pk}"]
     assert wired["type"] == "card.changed"
-    message = json.loads(wired["text"])  # encoded once for every socket that forwards it
+    message = json.loads(fanout.text_for(wired))  # encoded once for every socket
     assert (message["state"], message["needsHuman"], message["revision"]) == (
         "TASK_STATE_WORKING",
         False,

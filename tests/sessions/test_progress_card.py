@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from tasks.answering.agents import new_api_token
-from tasks.live import broadcast
+from tasks.live import broadcast, fanout
 from tasks.models import ProgressCard, Session, digest
 from tasks.sessions import progress_card
 from tasks.wire import profile
@@ -483,7 +483,7 @@ def test_a2a_card_broadcast_carries_the_revision(
     with django_capture_on_commit_callbacks(execute=True):
         send(client, token_agent, status("WORKING", at=1, text="hello"))
     groups = [broadcast.session_group(Session.objects.get().pk)]
-    message = json.loads(async_to_sync(listening.first)(layer, channel, groups)["text"])
+    message = json.loads(fanout.text_for(async_to_sync(listening.first)(layer, channel, groups)))
     assert message["revision"] == card().revision == 1
     assert 'data-revision="1"' in message["html"]["card"]
 
