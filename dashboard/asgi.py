@@ -22,7 +22,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import path  # noqa: E402
 
 from tasks.answering import expiry, held, push_configs  # noqa: E402
-from tasks.live.consumers import LiveConsumer  # noqa: E402
+from tasks.live.consumers import LiveConsumer, ServerSend  # noqa: E402
 from tasks.live.origins import ExactOriginValidator  # noqa: E402
 from tasks.notify import sender  # noqa: E402
 from tasks.pushes import applier  # noqa: E402
@@ -32,9 +32,11 @@ from tasks.web.unavailable import SocketsWhileDatabaseAway  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": PushReceiver(ASGIStaticFilesHandler(django_application)),
-        "websocket": ExactOriginValidator(
-            SocketsWhileDatabaseAway(
-                AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+        "websocket": ServerSend(
+            ExactOriginValidator(
+                SocketsWhileDatabaseAway(
+                    AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+                )
             )
         ),
     }
