@@ -313,9 +313,9 @@ class Server(contextlib.AbstractContextManager):
             return "(no log)"
 
 
-def process_tree_cpu(pid: int) -> float | None:
-    """User + system CPU seconds of a process and of its live descendants, from /proc (None
-    where there is no /proc, or the process is gone)."""
+def process_tree_cpu(pid: int, *, descendants: bool = True) -> float | None:
+    """User + system CPU seconds of a process and of its live descendants (or of it alone),
+    from /proc (None where there is no /proc, or the process is gone)."""
     total, stack, first = 0, [pid], True
     while stack:
         current = stack.pop()
@@ -329,6 +329,8 @@ def process_tree_cpu(pid: int) -> float | None:
         first = False
         # Fields 14 and 15 (utime, stime) of proc(5); the split above starts at field 3.
         total += int(fields[11]) + int(fields[12])
+        if not descendants:
+            break
         for task in tasks:
             with contextlib.suppress(OSError):
                 stack.extend(int(c) for c in (task / "children").read_text().split())

@@ -7,8 +7,7 @@ temporary directory by default or, when DATABASE_URL is set, a dedicated Postgre
 one logged-in team member whose session cookie every socket and the browser present.
 
 1. Latency (one daphne per rate): `--sockets` websockets (half on the overview, half on a
-   session page, so the latter also hear their session's hints a second time through the
-   session group) while signed status pushes arrive at each `--rate` per second (by default
+   session page) while signed status pushes arrive at each `--rate` per second (by default
    50 and then 200, each on a fresh daphne), spread round-robin over `--sessions` sessions,
    for `--seconds` after a `--warmup` that is not counted. Each push sets its session's note
    to "Push N: …" with N the push's serial, rising with every push; pushes to one session
@@ -19,7 +18,10 @@ one logged-in team member whose session cookie every socket and the browser pres
    batch may apply several pushes to a session at once); a push that no message ever
    delivered to a socket is lost. The note, not the card revision, is what is matched: a
    push answered "accepted" is applied later, so its answer cannot say which revision it
-   will make. The channel layer is the environment's:
+   will make. Sockets ask for what their page shows, as pages do: the overview's for
+   sidebar rows and tiles (the note is in the tile), a session page's for sidebar rows and
+   its own card, so a session page counts its own session's pushes only (of the others it
+   is sent the sidebar row, which shows no note). The channel layer is the environment's:
    in-memory, or Redis when REDIS_URL is set. Past the server's capacity a backlog builds
    up and latencies grow with the run's length; the report says what share of the messages
    the pushes called for arrived at all.
@@ -73,7 +75,7 @@ from standardwebhooks import Webhook
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.benchmarks.ingest import Server
+from tests.benchmarks.ingest import Server, process_tree_cpu
 from tests.benchmarks.workspace import Workspace
 from tests.processes import ROOT
 
@@ -433,7 +435,10 @@ async def open_sockets(
     CONNECT_BATCH at a time, each listening from the moment it is open."""
 
     async def one(session_id: int | None) -> Listener:
-        url = f"{ws_base}/ws/live/" + (f"?session={session_id}" if session_id else "")
+        # What the pages ask for (static/js/live.js): a session page keeps its sidebar and its
+        # own card live, the overview its sidebar and tiles.
+        query = f"?session={session_id}&show=sidebar" if session_id else "?show=sidebar,tiles"
+        url = f"{ws_base}/ws/live/{query}"
         ws = await connect(
             url,
             origin=origin,
@@ -526,6 +531,9 @@ class LatencyResult:
     answer_ms: list[float] = field(default_factory=list)  # POST → its 200
     client_cpu: float = 0.0
     server_cpu: float | None = None  # share of one core, over the pushing time
+    # The daphne process alone (not its applier): µs of CPU per socket message it sent while
+    # pushes came, taking the pushes in included.
+    daphne_us_per_message: float | None = None
     seconds: float = 0.0
     browser: BrowserResult | None = None
     records: list[PushRecord] = field(default_factory=list)
@@ -586,6 +594,8 @@ async def _drive_pushes(
     total = max(1, round(rate * (args.warmup + args.seconds)))
     records: list[PushRecord] = []
     cpu_start, server_cpu_start = time.process_time(), server.cpu_seconds()
+    daphne_cpu_start = process_tree_cpu(server.process.pid, descendants=False)
+    messages_start = sum(listener.messages for listener in listeners)
     start = time.perf_counter() + 0.5
     measured_from = start + args.warmup
 
@@ -601,6 +611,8 @@ async def _drive_pushes(
     await asyncio.gather(*(drive(s) for s in sessions))
     finished, cpu_used = time.perf_counter(), time.process_time() - cpu_start
     server_cpu_end = server.cpu_seconds()
+    daphne_cpu_end = process_tree_cpu(server.process.pid, descendants=False)
+    messages_sent = sum(listener.messages for listener in listeners) - messages_start
     # Stragglers: wait until every socket has every session's last note, or GRACE.
     deadline = finished + GRACE
     while time.perf_counter() < deadline and not all(
@@ -610,6 +622,8 @@ async def _drive_pushes(
     result = LatencyResult(client_cpu=cpu_used / max(finished - start, 1e-9), records=records)
     if server_cpu_start is not None and server_cpu_end is not None:
         result.server_cpu = (server_cpu_end - server_cpu_start) / max(finished - start, 1e-9)
+    if daphne_cpu_start is not None and daphne_cpu_end is not None and messages_sent:
+        result.daphne_us_per_message = 1e6 * (daphne_cpu_end - daphne_cpu_start) / messages_sent
     counted = [r for r in records if r.counted]
     result.pushes = len(counted)
     result.seconds = finished - measured_from
@@ -627,6 +641,8 @@ async def _drive_pushes(
             if record.error:
                 continue
             session_id = by_index[record.session].id
+            if listener.page_session not in (None, session_id):
+                continue  # a session page is sent other sessions' sidebar rows: no note
             at = delivery.at(session_id, record.mark)
             if at is None:
                 result.socket_lost += 1
@@ -1045,7 +1061,9 @@ class Report:
             f"{lat.socket_later} deliveries "
             "came through a later push's note (coalesced, or applied in one batch); CPU while "
             "pushing: daphne "
-            f"{_share(lat.server_cpu)}, clients {_share(lat.client_cpu)} of one core. "
+            f"{_share(lat.server_cpu)}, clients {_share(lat.client_cpu)} of one core; daphne "
+            f"alone {_micro(lat.daphne_us_per_message)} of CPU per socket message (taking the "
+            "pushes in included). "
             "The §6 target is for push → DOM; the socket row is the same path without the "
             "browser."
         )
@@ -1149,6 +1167,10 @@ def _states(states: dict[str, int]) -> str:
     return ", ".join(
         f"{(k or 'none').removeprefix('TASK_STATE_').lower()} {v}" for k, v in states.items()
     )
+
+
+def _micro(us: float | None) -> str:
+    return "n/a" if us is None else f"{us:.0f} µs"
 
 
 def _share(cpu: float | None) -> str:
