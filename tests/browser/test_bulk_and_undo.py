@@ -191,6 +191,7 @@ def replace_the_list(page: Page, server: LiveServer, registered) -> None:
     assert page.evaluate("window.__replaced"), "the list was not refreshed"
 
 
+@pytest.mark.slow  # the README run's time budget: the page's keys, the same on either stack
 def test_the_keys_stay_on_their_row_when_a_live_refresh_replaces_it(
     browser, server, registered, waiting, ops, approvers
 ):
