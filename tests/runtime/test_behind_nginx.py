@@ -134,7 +134,7 @@ def test_an_agent_and_a_person_work_through_nginx_and_its_two_servers(
 
         async def answer_while_listening() -> tuple[httpx.Response, dict]:
             async with connect(
-                f"ws://127.0.0.1:{nginx.rsplit(':', 1)[1]}/ws/live/?session={session.pk}",
+                f"{nginx.replace('http://', 'ws://', 1)}/ws/live/?session={session.pk}",
                 origin=nginx,
                 additional_headers={"Cookie": f"sessionid={cookies['sessionid']}"},
                 open_timeout=DEADLINE,

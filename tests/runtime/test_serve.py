@@ -112,16 +112,17 @@ def test_a_process_that_dies_is_started_again_and_no_connection_is_refused():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("redis_layer")
 def test_sigterm_stops_every_process():
-    server = LiveServer(processes=2)
-    server.start()
-    pids = started(server, 2)
-    server.process.send_signal(signal.SIGTERM)
-    assert server.process.wait(timeout=DEADLINE) == 0, server.log()
+    with LiveServer(processes=2) as server:  # its end kills what SIGTERM did not stop
+        pids = started(server, 2)
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(timeout=DEADLINE)
+        log = server.log()
+    assert code == 0, log
     for pid in pids:
         assert (
             not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
         )
-    assert "Onlooker has stopped." in server.log()
+    assert "Onlooker has stopped." in log
 
 
 def test_several_processes_without_redis_are_refused_before_anything_starts(settings):

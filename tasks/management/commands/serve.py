@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -45,7 +45,7 @@ class _Slot:
     process: subprocess.Popen | None = None
     started: float = 0.0
     pause: float = 0.0
-    restart_at: float = field(default=0.0)
+    restart_at: float = 0.0
 
 
 class Command(BaseCommand):
