@@ -105,7 +105,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             raise
 
     async def _join(self, user) -> None:
-        query = parse_qs(self.scope.get("query_string", b"").decode())
+        # Bytes that are not UTF-8 (a hand-made client; browsers percent-encode) read as
+        # Latin-1: never an error, and no word this reads is made of them.
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         session = query.get("session", [""])[0]
         # A page's session id, or none: not a number or past any id (a 64-bit column).
         valid = session.isascii() and session.isdigit() and len(session) <= 18

@@ -145,6 +145,23 @@ def test_a_page_that_says_nothing_of_what_it_shows_is_sent_every_fragment(alice,
     assert unsaid == {"c": {"card", "summary", "sidebar", "tile"}}
 
 
+def test_a_query_that_is_not_utf8_is_a_page_that_shows_nothing_it_names(alice, ops):
+    registered = make_agent(team=ops)
+
+    async def scenario():
+        communicator = socket(ORIGIN, await sync_to_async(cookie_for)(alice))
+        communicator.scope["query_string"] = b"show=\xff\xfe&session=\xed\xa0\x80"
+        connected = (await communicator.connect())[0]
+        await sync_to_async(push)(Client(), registered, status("WORKING", at=1))
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return connected, message
+
+    connected, message = run(scenario)
+    assert connected
+    assert message["html"] == {}
+
+
 def test_pages_of_one_kind_share_one_encoding_of_a_hint():
     wired = broadcast.wire(
         {"type": "card.changed", "session": 7, "html": {"card": "<article>", "tile": "<li>"}},
