@@ -11,14 +11,28 @@ keeps its connection and replaces it only once an error has left it unusable.
 
 from __future__ import annotations
 
+import threading
+
 from django.db import DatabaseError, connection, connections
+
+from tasks.runtime import outage
+
+# The outage.comebacks() this thread's connection was last seen in.
+_seen = threading.local()
 
 
 def keep_unless_broken() -> None:
     """Call between two units of work on a long-lived thread: keep this thread's connection,
     unless an error (the server restarted, ended the connection) has left it unusable, or a
-    unit left it outside autocommit; the next query then connects again."""
+    unit left it outside autocommit, or the database went away and came back since (a
+    connection kept idle through an outage that another thread noticed was never told it
+    broke); the next query then connects again."""
+    comebacks = outage.comebacks()
+    seen, _seen.comebacks = getattr(_seen, "comebacks", comebacks), comebacks
     if connection.connection is None:
+        return
+    if seen != comebacks:
+        connection.close()
         return
     if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
         connection.close()

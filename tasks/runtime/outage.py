@@ -35,6 +35,13 @@ RETRY_AFTER = 5  # seconds, what a 503 tells clients to wait before asking again
 _lock = threading.Lock()
 _away_since: float | None = None
 _prober: threading.Thread | None = None
+_comebacks = 0
+
+
+def comebacks() -> int:
+    """How many times this process saw the database come back: a connection a thread kept
+    from before the last one is dead, though nothing has told it yet (connections.py)."""
+    return _comebacks
 
 
 def is_away() -> bool:
@@ -102,7 +109,7 @@ def _mark_away() -> None:
 
 
 def _probe_until_back() -> None:
-    global _away_since
+    global _away_since, _comebacks
     while True:
         time.sleep(PROBE_EVERY)
         if not _reachable():
@@ -114,5 +121,6 @@ def _probe_until_back() -> None:
         with _lock:
             away_for = time.monotonic() - (_away_since or time.monotonic())
             _away_since = None
+            _comebacks += 1
         log.warning("the database is back after %.1f s", away_for)
         return

@@ -137,3 +137,30 @@ def test_with_the_database_away_everything_is_a_quick_503_and_comes_back_by_itse
     assert Delivery.objects.filter(agent=registered.agent).count() == 2
     # An outage is a few lines in the log, not a traceback per request.
     assert "Traceback" not in server.log()[logged_before:]
+
+
+def test_a_push_kept_idle_through_an_outage_a_page_noticed_is_kept_once_it_is_back(
+    proxied_server, alice, ops
+):
+    """Pushes keep their thread's connection between them. When a page, not a push, is what
+    finds the database away, that connection is never used while it is away (pushes are
+    refused before it), so nothing tells it it broke: the first push once the database is
+    back must not be the one to find out."""
+    server, proxy = proxied_server
+    registered = make_agent(team=ops)
+    cookie = session_cookie(alice, server.url)
+    browser = httpx.Client(
+        base_url=server.url, cookies={cookie["name"]: cookie["value"]}, timeout=30
+    )
+    assert push(server, registered, 0).status_code == 200
+
+    proxy.take_away()
+    assert browser.get("/").status_code == 503
+    proxy.bring_back()
+    deadline = time.monotonic() + BACK_WITHIN
+    while browser.get("/").status_code != 200:
+        assert time.monotonic() < deadline, "pages are not served again"
+        time.sleep(0.1)
+    back = push(server, registered, 1)
+    assert back.status_code == 200, back.text
+    wait_applied(back.json()["delivery"], timeout=BACK_WITHIN)
