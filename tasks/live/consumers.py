@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from tasks.live import access, broadcast, fanout
+from tasks.live import access, broadcast, fanout, server_socket
 
 CLOSE_UNAUTHENTICATED = access.CLOSE_LOGGED_OUT
 # One person has this process's settings.ONLOOKER_LIVE_SOCKETS_PER_PERSON open already: a
@@ -57,21 +57,23 @@ def groups_for(user, session_id: int | None) -> list[str]:
 
 
 SERVER_SEND = "onlooker.server_send"
+SERVER_SOCKET = "onlooker.server_socket"
 
 
 class ServerSend:
     """ASGI middleware, outermost on the live socket: keeps the server's own `send` in the
-    scope, so a hint's frame goes straight to it. Every middleware between wraps `send`
-    (channels' sessions check the session on each message, the outage watch looks for the
-    accept), and none has anything to do with a frame: under 50 pushes/s to 100 sockets
-    those wrappers took a quarter of the server's CPU (a py-spy profile of the live
-    benchmark)."""
+    scope, and daphne's socket behind it (server_socket.py), so a hint's frame goes straight
+    to it. Every middleware between wraps `send` (channels' sessions check the session on
+    each message, the outage watch looks for the accept), and none has anything to do with
+    a frame: under 50 pushes/s to 100 sockets those wrappers took a quarter of the server's
+    CPU (a py-spy profile of the live benchmark)."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        return await self.app({**scope, SERVER_SEND: send}, receive, send)
+        socket = server_socket.of(send)
+        return await self.app({**scope, SERVER_SEND: send, SERVER_SOCKET: socket}, receive, send)
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -86,6 +88,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.shown: tuple[str, ...] | None = None
         self.page_session: int | None = None
         self.send_frame = self.scope.get(SERVER_SEND, self.base_send)
+        socket = self.scope.get(SERVER_SOCKET)
+        self.outbox = server_socket.Outbox(socket) if socket is not None else None
         self.revoked = False
         self.holder: int | None = None
         user = self.scope.get("user")
@@ -147,6 +151,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self._leave()
 
     async def _leave(self) -> None:
+        if self.outbox is not None:
+            self.outbox.close()
         if self.watched is not None:
             access.sweep().forget(self.watched)
             self.watched = None
@@ -171,7 +177,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """A hint from this process's listener, for one of the groups this socket joined."""
         if self.revoked:
             return
-        # Encoded once per hint (broadcast.wire), joined once per kind of page (fanout), and
-        # handed to the server directly (ServerSend).
+        # Encoded once per hint (broadcast.wire), joined and framed once per kind of page
+        # (fanout), and written to the server's socket directly (ServerSend, server_socket):
+        # per socket, what is left is the send.
+        outbox = self.outbox
+        if outbox is not None and server_socket.is_open(outbox.socket):
+            frame = fanout.frame_for(event, self.shown, self.page_session, outbox.socket.factory)
+            # Newest per session while the page is behind; a hint with none ("lost") by its text.
+            outbox.send(event.get("session", event["text"]), frame)
+            return
         text = fanout.text_for(event, self.shown, self.page_session)
         await self.send_frame({"type": "websocket.send", "text": text})
