@@ -239,12 +239,23 @@ def _run_checked(command: list[str], env: dict[str, str]) -> str:
 
 
 class Server(contextlib.AbstractContextManager):
-    """One daphne process on loopback; stopped (then killed) on exit, whatever happened."""
+    """One daphne process on loopback, or with `processes` `manage.py serve` running that
+    many on one port (the app is then Onlooker's own); stopped (then killed) on exit,
+    whatever happened."""
 
-    def __init__(self, name: str, app: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        app: str,
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        processes: int | None = None,
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.log = log_dir / f"{name}.log"
+        self.processes = processes
         self.command = [
             sys.executable,
             "-m",
@@ -255,6 +266,16 @@ class Server(contextlib.AbstractContextManager):
             str(self.port),
             app,
         ]
+        if processes is not None:
+            self.command = [
+                sys.executable,
+                "manage.py",
+                "serve",
+                "--port",
+                str(self.port),
+                "--processes",
+                str(processes),
+            ]
         self.env = env
         self.process: subprocess.Popen | None = None
 
@@ -306,11 +327,32 @@ class Server(contextlib.AbstractContextManager):
         started (its applier process), from /proc; None elsewhere."""
         return process_tree_cpu(self.process.pid)
 
+    def daphne_cpu_seconds(self) -> float | None:
+        """CPU of the daphne processes alone, not of their appliers: the one process, or
+        under `serve` each of its children (the daphnes it runs)."""
+        if self.processes is None:
+            return process_tree_cpu(self.process.pid, descendants=False)
+        pids = _children(self.process.pid)
+        seconds = [process_tree_cpu(pid, descendants=False) for pid in pids]
+        return sum(s for s in seconds if s is not None) if pids else None
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    children: list[int] = []
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return children
 
 
 def process_tree_cpu(pid: int, *, descendants: bool = True) -> float | None:

@@ -75,7 +75,7 @@ from standardwebhooks import Webhook
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.benchmarks.ingest import Server, process_tree_cpu
+from tests.benchmarks.ingest import Server
 from tests.benchmarks.workspace import Workspace
 from tests.processes import ROOT
 
@@ -138,6 +138,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     latency.add_argument("--sessions", type=int, default=10, help="sessions the pushes go to")
     latency.add_argument("--seconds", type=float, default=20.0, help="measured seconds")
     latency.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds first")
+    latency.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="serve through `manage.py serve` with this many processes (needs REDIS_URL "
+        "for more than one), not one bare daphne",
+    )
     latency.add_argument("--skip-browser", action="store_true", help="no push → DOM figure")
     latency.add_argument("--browser", default=BROWSER, help="the chromium executable")
     latency.add_argument("--skip-latency", action="store_true", help="skip part 1")
@@ -168,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         or args.sessions < 1
         or args.seconds <= 0
         or args.warmup < 0
+        or (args.processes is not None and args.processes < 1)
         or args.fanout_sockets < 2
         or args.fanout_repeats < 1
         or args.overview_sessions < 1
@@ -192,14 +200,21 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         for rate in [] if args.skip_latency else args.rate:
+            servers = (
+                "one daphne"
+                if args.processes is None
+                else f"manage.py serve, {args.processes} processes"
+            )
             print(
-                f"1. latency: one daphne, {layer} channel layer; {args.sockets} sockets, "
+                f"1. latency: {servers}, {layer} channel layer; {args.sockets} sockets, "
                 f"{rate:g} pushes/s over {args.sessions} sessions, "
                 f"{args.warmup:g} s warm-up + {args.seconds:g} s"
                 f"{'' if args.skip_browser else '; one chromium on the first session'}",
                 flush=True,
             )
-            with Server(f"latency-{rate:g}", args.app, env, space.directory) as server:
+            with Server(
+                f"latency-{rate:g}", args.app, env, space.directory, processes=args.processes
+            ) as server:
                 result = asyncio.run(latency_benchmark(args, server, setup, rate))
                 report.latency.append((rate, result))
                 _check_alive(server)
@@ -594,7 +609,7 @@ async def _drive_pushes(
     total = max(1, round(rate * (args.warmup + args.seconds)))
     records: list[PushRecord] = []
     cpu_start, server_cpu_start = time.process_time(), server.cpu_seconds()
-    daphne_cpu_start = process_tree_cpu(server.process.pid, descendants=False)
+    daphne_cpu_start = server.daphne_cpu_seconds()
     messages_start = sum(listener.messages for listener in listeners)
     start = time.perf_counter() + 0.5
     measured_from = start + args.warmup
@@ -611,7 +626,7 @@ async def _drive_pushes(
     await asyncio.gather(*(drive(s) for s in sessions))
     finished, cpu_used = time.perf_counter(), time.process_time() - cpu_start
     server_cpu_end = server.cpu_seconds()
-    daphne_cpu_end = process_tree_cpu(server.process.pid, descendants=False)
+    daphne_cpu_end = server.daphne_cpu_seconds()
     messages_sent = sum(listener.messages for listener in listeners) - messages_start
     # Stragglers: wait until every socket has every session's last note, or GRACE.
     deadline = finished + GRACE

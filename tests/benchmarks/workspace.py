@@ -91,6 +91,9 @@ class Workspace(contextlib.AbstractContextManager):
             DEBUG="false",
             ALLOWED_HOSTS="127.0.0.1",
             ONLOOKER_CREDENTIAL_KEYS=self.credential_key,
+            # Every benchmark socket is one member's: a person's cap (their tabs, 200 per
+            # process) would close most of a thousand at once, and they would count as lost.
+            ONLOOKER_LIVE_SOCKETS_PER_PERSON="100000",
             # The project first; the caller's PYTHONPATH after it, so --app can name a wrapper.
             PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         )
