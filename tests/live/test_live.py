@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from autobahn.twisted.websocket import WebSocketServerFactory
 from channels.layers import InMemoryChannelLayer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
@@ -174,6 +175,20 @@ def test_pages_of_one_kind_share_one_encoding_of_a_hint():
         "session": 7,
         "html": {"card": "<article>"},
     }
+
+
+def test_pages_of_one_kind_share_one_frame_of_a_hint():
+    server = WebSocketServerFactory()  # what daphne's sockets are made by
+    wired = broadcast.wire(
+        {"type": "card.changed", "session": 7, "html": {"sidebar": "<a>", "tile": "<li>"}},
+        ["team.all"],
+    )
+    frame = fanout.frame_for(wired, ("tile",), None, server)
+    assert fanout.frame_for(wired, ("tile",), None, server) is frame
+    assert fanout.frame_for(wired, ("sidebar",), None, server) is not frame
+    text = fanout.text_for(wired, ("tile",)).encode()
+    # One whole text frame (FIN, opcode 1), unmasked as a server's, carrying the text.
+    assert frame.payloadHybi == bytes([0x81, len(text)]) + text
 
 
 def test_user_outside_the_team_hears_nothing_of_its_sessions(charlie, ops):
