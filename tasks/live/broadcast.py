@@ -84,8 +84,9 @@ def wire(message: dict, groups: list[str]) -> dict:
         "groups": groups,
         "text": json.dumps(body, separators=(",", ":")),
     }
-    if "html" in message:
+    if "session" in message:  # what a newer message about it replaces (fanout.newest_key)
         wired["session"] = message["session"]
+    if "html" in message:
         wired["html"] = {key: json.dumps(html) for key, html in message["html"].items()}
     return wired
 

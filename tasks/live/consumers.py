@@ -183,8 +183,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         outbox = self.outbox
         if outbox is not None and server_socket.is_open(outbox.socket):
             frame = fanout.frame_for(event, self.shown, self.page_session, outbox.socket.factory)
-            # Newest per session while the page is behind; a hint with none ("lost") by its text.
-            outbox.send(event.get("session", event["text"]), frame)
+            outbox.send(fanout.newest_key(event), frame)
             return
         text = fanout.text_for(event, self.shown, self.page_session)
         await self.send_frame({"type": "websocket.send", "text": text})

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 
 from channels.layers import get_channel_layer
 
@@ -166,6 +166,14 @@ def text_for(
         members = ",".join(f'"{key}":{html[key]}' for key in keys if key in html)
         text = texts[keys] = f'{wired["text"][:-1]},"html":{{{members}}}}}'
     return text
+
+
+def newest_key(wired: dict) -> Hashable:
+    """What a newer message replaces for a socket that is behind (server_socket.Outbox): a
+    session's snapshot its next snapshot, a notice about it its next notice (each says all
+    there is); a message about no session only a copy of itself."""
+    session = wired.get("session")
+    return wired["text"] if session is None else (wired.get("type"), session)
 
 
 def frame_for(

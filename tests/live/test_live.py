@@ -191,6 +191,23 @@ def test_pages_of_one_kind_share_one_frame_of_a_hint():
     assert frame.payloadHybi == bytes([0x81, len(text)]) + text
 
 
+def test_what_a_newer_message_replaces_for_a_page_that_is_behind():
+    def wired(message: dict) -> dict:
+        return broadcast.wire(message, ["team.all", "session.7"])
+
+    snapshot = wired({"type": "card.changed", "session": 7, "revision": 1, "html": {"card": ""}})
+    newer = wired({"type": "card.changed", "session": 7, "revision": 2, "html": {"card": ""}})
+    notice = wired({"type": "notifications.changed", "session": 7, "notified": 1})
+    later_notice = wired({"type": "notifications.changed", "session": 7, "notified": 2})
+    other = wired({"type": "card.changed", "session": 8, "revision": 1, "html": {"card": ""}})
+    key = fanout.newest_key
+    assert key(snapshot) == key(newer)
+    assert key(notice) == key(later_notice)
+    # A notice never takes a snapshot's place, nor one session's another's.
+    assert len({key(snapshot), key(notice), key(other)}) == 3
+    assert key(fanout.LOST) != key(fanout.RESYNC)
+
+
 def test_user_outside_the_team_hears_nothing_of_its_sessions(charlie, ops):
     registered = make_agent(team=ops)
     open_agent = make_agent(name="Open")
