@@ -92,7 +92,9 @@ def waiting(transport: Any) -> int:
 def write(socket: Any, frame: Any) -> None:
     """Send a prepared frame on an open socket."""
     transport = socket.transport
-    if socket._perMessageCompress is not None or socket.send_queue or not _idle(transport):
+    # autobahn's own state, read with defaults that take its own way if it is not there.
+    compressing = getattr(socket, "_perMessageCompress", True) is not None
+    if compressing or getattr(socket, "send_queue", True) or not _idle(transport):
         socket.sendPreparedMessage(frame)
         return
     data = frame.payloadHybi
