@@ -60,6 +60,19 @@ def push(server: LiveServer, registered: RegisteredAgent, n: int) -> httpx.Respo
     )
 
 
+def logged_in(server: LiveServer, cookie: dict) -> httpx.Client:
+    return httpx.Client(base_url=server.url, cookies={cookie["name"]: cookie["value"]}, timeout=30)
+
+
+def bring_back(proxy: TcpProxy, browser: httpx.Client) -> None:
+    """The database returns: until pages are served again, within BACK_WITHIN."""
+    proxy.bring_back()
+    deadline = time.monotonic() + BACK_WITHIN
+    while browser.get("/").status_code != 200:
+        assert time.monotonic() < deadline, "pages are not served again"
+        time.sleep(0.1)
+
+
 def timed(call) -> tuple[float, httpx.Response | Exception]:
     started = time.monotonic()
     try:
@@ -92,9 +105,7 @@ def test_with_the_database_away_everything_is_a_quick_503_and_comes_back_by_itse
     server, proxy = proxied_server
     registered = make_agent(team=ops)
     cookie = session_cookie(alice, server.url)
-    browser = httpx.Client(
-        base_url=server.url, cookies={cookie["name"]: cookie["value"]}, timeout=30
-    )
+    browser = logged_in(server, cookie)
     assert push(server, registered, 0).status_code == 200
     assert browser.get("/").status_code == 200
 
@@ -123,11 +134,7 @@ def test_with_the_database_away_everything_is_a_quick_503_and_comes_back_by_itse
     assert (health.status_code, health.json()["down"]) == (503, ["database"])
     assert asyncio.run(handshake(server, cookie)) == CLOSE_TRY_AGAIN_LATER
 
-    proxy.bring_back()
-    deadline = time.monotonic() + BACK_WITHIN
-    while browser.get("/").status_code != 200:
-        assert time.monotonic() < deadline, "pages are not served again"
-        time.sleep(0.1)
+    bring_back(proxy, browser)
     back = push(server, registered, 20)
     assert back.status_code == 200, back.text
     wait_applied(back.json()["delivery"], timeout=BACK_WITHIN)
@@ -149,18 +156,12 @@ def test_a_push_kept_idle_through_an_outage_a_page_noticed_is_kept_once_it_is_ba
     server, proxy = proxied_server
     registered = make_agent(team=ops)
     cookie = session_cookie(alice, server.url)
-    browser = httpx.Client(
-        base_url=server.url, cookies={cookie["name"]: cookie["value"]}, timeout=30
-    )
+    browser = logged_in(server, cookie)
     assert push(server, registered, 0).status_code == 200
 
     proxy.take_away()
     assert browser.get("/").status_code == 503
-    proxy.bring_back()
-    deadline = time.monotonic() + BACK_WITHIN
-    while browser.get("/").status_code != 200:
-        assert time.monotonic() < deadline, "pages are not served again"
-        time.sleep(0.1)
+    bring_back(proxy, browser)
     back = push(server, registered, 1)
     assert back.status_code == 200, back.text
     wait_applied(back.json()["delivery"], timeout=BACK_WITHIN)
