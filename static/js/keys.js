@@ -48,8 +48,16 @@ function identity(item) {
 function current(list) {
   const active = document.activeElement;
   const holding = list.find((item) => item.contains(active));
-  if (holding) return holding;
+  return holding ?? rememberedIn(list);
+}
+
+function rememberedIn(list) {
   return list.find((item) => identity(item) === remembered) ?? null;
+}
+
+function forget() {
+  remembered = "";
+  rememberedAt = -1;
 }
 
 // A sidebar row is reached through its link (its hovercard previews the card on focus); other
@@ -164,7 +172,7 @@ function restoreSelection() {
 function restoreFocus() {
   if (!remembered) return;
   const list = items();
-  const item = list.find((candidate) => identity(candidate) === remembered);
+  const item = rememberedIn(list);
   if (!item) return;
   const active = document.activeElement;
   if (!active || active === document.body) moveTo(item, list);
@@ -204,20 +212,24 @@ function confirmMany(key) {
   go.textContent = `${verb} ${rows.length}`;
   const back = document.activeElement;
   confirmDialog.returnValue = "";
-  confirmDialog.addEventListener(
-    "close",
-    () => {
-      if (back?.isConnected) back.focus({ preventScroll: true });
-      if (confirmDialog.returnValue !== "confirm") return announce("Cancelled: nothing was sent.");
-      for (const id of rows.map((row) => row.dataset.interaction)) selected.delete(id);
-      answerMany(rows, decision, confirmDialog.dataset.answerMany);
-    },
-    { once: true },
-  );
+  asked = { rows, decision, back };
   confirmDialog.showModal();
   go.focus(); // Enter confirms, Esc cancels
   return true;
 }
+
+// What the open confirmation asks: one at a time, so a close heard late (its event can come
+// after the keys that opened the next) answers nothing twice and never the wrong question.
+let asked = null;
+confirmDialog?.addEventListener("close", () => {
+  if (confirmDialog.open || !asked) return; // an earlier opening's close: this one is still open
+  const { rows, decision, back } = asked;
+  asked = null;
+  if (back?.isConnected) back.focus({ preventScroll: true });
+  if (confirmDialog.returnValue !== "confirm") return announce("Cancelled: nothing was sent.");
+  for (const id of rows.map((row) => row.dataset.interaction)) selected.delete(id);
+  answerMany(rows, decision, confirmDialog.dataset.answerMany);
+});
 
 // -- r and n ---------------------------------------------------------------------------------
 
@@ -265,8 +277,11 @@ help?.addEventListener("close", () => {
 
 document.addEventListener("keydown", (event) => {
   if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey || event.isComposing) return;
-  const target = event.target instanceof Element ? event.target : document.body;
-  if (target.closest("dialog")) return; // a dialog has its own keys (Esc closes it)
+  let target = event.target instanceof Element ? event.target : document.body;
+  if (target.closest("dialog[open]")) return; // an open dialog has its own keys (Esc closes it)
+  // A dialog just closed may keep the focus until its close event, which can come after the
+  // next keys: they act as from the page, not on nothing.
+  if (target.closest("dialog")) target = document.body;
   if (typing(target)) {
     if (event.key === "Escape") target.blur(); // out of the field, so the keys work again
     return;
@@ -274,9 +289,7 @@ document.addEventListener("keydown", (event) => {
   const list = items();
   // On the page itself, the keys act on the item they were last on (its row may have been
   // replaced under the focus by a live refresh).
-  const item =
-    list.find((candidate) => candidate.contains(target)) ??
-    (target === document.body ? (list.find((candidate) => identity(candidate) === remembered) ?? null) : null);
+  const item = list.find((candidate) => candidate.contains(target)) ?? (target === document.body ? current(list) : null);
   // Letters without Shift (Caps Lock still counts); "?" and "/" as the layout types them.
   const key = event.key.length === 1 && !event.shiftKey ? event.key.toLowerCase() : event.key;
   let handled = true;
@@ -306,8 +319,7 @@ document.addEventListener("focusin", (event) => {
   const marked = document.querySelector(".is-key-focus");
   if (marked && !marked.contains(event.target)) {
     marked.classList.remove("is-key-focus");
-    remembered = "";
-    rememberedAt = -1;
+    forget();
   }
 });
 
@@ -318,9 +330,9 @@ document.addEventListener("focusout", (event) => {
   const left = event.target;
   setTimeout(() => {
     if (!left.isConnected || (document.activeElement && document.activeElement !== document.body)) return;
-    if (!left.closest?.(".is-key-focus")) return;
-    left.closest(".is-key-focus").classList.remove("is-key-focus");
-    remembered = "";
-    rememberedAt = -1;
+    const marked = left.closest?.(".is-key-focus");
+    if (!marked) return;
+    marked.classList.remove("is-key-focus");
+    forget();
   });
 });
