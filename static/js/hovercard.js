@@ -169,7 +169,9 @@ document.addEventListener("onlooker:changed", async (event) => {
     show(message);
     return;
   }
-  // Live messages carry only what the page itself shows: fetch the card the dialog shows.
+  // Live messages carry only what the page itself shows: fetch the card the dialog shows,
+  // unless it already shows this revision or a newer one (a repeated or late message).
+  if (message.revision <= revision) return;
   const id = openFor;
   const snapshot = await load(id);
   if (snapshot?.hasCard && id === openFor) show(snapshot);
