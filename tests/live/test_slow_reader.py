@@ -12,12 +12,14 @@ import socket
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connections
 from websockets.asyncio.client import ClientConnection, connect
 
 from tasks.models import ProgressCard
-from tests.builders import status
+from tests.builders import progress, status
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http, session_cookie, wait_applied
 
@@ -25,12 +27,16 @@ from tests.live_server import LiveServer, push_http, session_cookie, wait_applie
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SESSIONS = 10
-NOTE = " ".join(f"word{n}" for n in range(2_000))  # a card of ~20 KB in every hint
+# A card of ~34 KB in every hint: a long note and a full plan. The fewer pushes the brisk page
+# needs to hear its megabytes, the sooner the slow one reads, well before the server's pings
+# (every 20 s, 30 s to answer) drop it for reading nothing.
+NOTE = " ".join(f"word{n}" for n in range(2_000))
 # The most the kernel holds between the server and a reader that does not read: the
 # server's send buffer at its largest, the reader's small receive buffer, and the client
 # library's own few messages.
 KERNEL_HOLDS = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]) + 512 * 1024
 SENT_PAST = KERNEL_HOLDS + 1536 * 1024  # bytes the brisk page hears before the slow reads
+PLAN = progress(*((f"{n} " + "step " * 100, "pending") for n in range(50)))  # 50 of ~500 bytes
 WITHIN = 60.0  # seconds
 
 
@@ -49,6 +55,10 @@ async def open_socket(server: LiveServer, cookie: dict, *, slow: bool = False) -
         sock=sock,
         max_queue=1 if slow else 64,  # the slow one takes no more than it is asked for
         max_size=None,
+        # Its pings would be answered behind the megabytes the slow page leaves unread: the
+        # client would give up on a server that is fine. The server's own pings (Daphne: every
+        # 20 s, 30 s to answer) still drop a page that reads nothing for long.
+        ping_interval=None,
     )
 
 
@@ -77,13 +87,27 @@ def test_a_page_that_reads_slowly_holds_back_no_other_and_is_sent_the_newest_of_
     stop = threading.Event()
 
     def keep_pushing(context: str) -> int:
+        # One push at a time, each applied before the next: every push makes a hint. Pushed
+        # as fast as the server takes them, its applier would fold hundreds into each hint
+        # and the brisk page would hear its megabytes only after a minute.
         n, delivery = 0, 0
-        while not stop.is_set():
-            n += 1
-            body = status("WORKING", task=context, context=context, at=n, text=f"{n} {NOTE}")
-            response = push_http(server, registered, body, applied=False)
-            assert response.status_code == 200, response.text
-            delivery = response.json()["delivery"]
+        try:
+            with httpx.Client() as client:
+                while not stop.is_set():
+                    n += 1
+                    body = status(
+                        "WORKING",
+                        task=context,
+                        context=context,
+                        at=n,
+                        text=f"{n} {NOTE}",
+                        metadata=PLAN,
+                    )
+                    response = push_http(server, registered, body, client=client)
+                    assert response.status_code == 200, response.text
+                    delivery = response.json()["delivery"]
+        finally:
+            connections.close_all()  # this thread's, left open on the test database else
         return delivery
 
     async def scenario() -> None:
