@@ -450,33 +450,45 @@ def test_under_load_the_applier_rests_after_a_thin_batch_so_the_next_holds_more_
     def pushes_arrive_meanwhile(seconds: float) -> None:
         rests.append(seconds)
         if len(rests) == 1:
-            for second in range(3, 8):
-                task = f"task-{second % 2}"
+            for second in range(5, 17):
+                task = f"task-{second % 4}"
                 body = status("WORKING", task=task, context=task, at=second, text="on")
                 push(Client(), registered, body)
 
-    for number in range(2):
+    for number in range(4):
         task = f"task-{number}"
         push(Client(), registered, status("WORKING", task=task, context=task, at=number + 1))
     started = time.monotonic()
-    assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 7
+    assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 16
     took = time.monotonic() - started
 
-    # Two at once into two sessions is load, and thin (one per session): a rest of at least
-    # `gather`, no longer than the batch took. The five that came meanwhile went to those two
-    # sessions in one batch: thick enough, so no rest; then nothing was left.
+    # Four at once into four sessions is load, and thin (one per session): a rest of at
+    # least `gather`, no longer than the batch took. The twelve that came meanwhile went to
+    # those four sessions in one batch: thick enough, so no rest; then nothing was left.
     assert len(rests) == 1 and 0.02 <= rests[0] <= took, rests
     times = Delivery.objects.order_by("pk").values_list("applied_at", flat=True)
-    assert len(set(times[:2])) == 1 and len(set(times[2:])) == 1 and times[0] < times[2]
-    push(Client(), registered, status("WORKING", task="task-0", context="task-0", at=9))
+    assert len(set(times[:4])) == 1 and len(set(times[4:])) == 1 and times[0] < times[4]
+    push(Client(), registered, status("WORKING", task="task-0", context="task-0", at=20))
     assert applier.drain(gather=0.02, sleep=pushes_arrive_meanwhile) == 1
     assert len(rests) == 1, "a lone push waited"
+
+
+def test_a_few_pushes_that_meet_in_a_batch_are_not_made_to_wait_for_a_rest(kept_only, monkeypatch):
+    monkeypatch.setattr(applier, "BATCH_SECONDS", 60.0)
+    registered = make_agent()
+    rests = []
+    for number in range(applier.GATHER_FROM - 1):  # thin: one for each session
+        task = f"task-{number}"
+        push(Client(), registered, status("WORKING", task=task, context=task, at=1))
+
+    assert applier.drain(gather=0.02, sleep=rests.append) == applier.GATHER_FROM - 1
+    assert rests == []
 
 
 def test_a_thin_batch_rests_as_long_as_it_took(kept_only, monkeypatch):
     monkeypatch.setattr(applier, "BATCH_SECONDS", 60.0)  # one batch, however loaded the machine
     registered = make_agent()
-    for number in range(3):
+    for number in range(applier.GATHER_FROM):
         push(Client(), registered, status("WORKING", task=f"t-{number}", context=f"c-{number}"))
     real_apply_batch = applier.apply_batch
 
@@ -486,7 +498,7 @@ def test_a_thin_batch_rests_as_long_as_it_took(kept_only, monkeypatch):
 
     monkeypatch.setattr(applier, "apply_batch", slow_apply_batch)
     rests = []
-    assert applier.drain(gather=0.02, sleep=rests.append) == 3
+    assert applier.drain(gather=0.02, sleep=rests.append) == applier.GATHER_FROM
     assert len(rests) == 1 and 0.1 <= rests[0] < 1.0, rests
 
 
