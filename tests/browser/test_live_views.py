@@ -209,6 +209,52 @@ def test_hovercard_opens_on_hover_shows_the_other_sessions_card_and_updates_live
     expect(hovercard).to_be_visible()
 
 
+def test_an_open_hovercard_fetches_a_card_only_for_a_message_newer_than_it_shows(
+    server, page, login, open_live, alice, ops
+):
+    """The hovercard fetches the card as it opens. The socket's message for that same
+    revision, arriving after (it was on its way), fetches nothing more; a newer one does."""
+    agent, here, other = two_sessions(server, ops)
+    routes, held, holding = [], [], [True]
+
+    def through(ws) -> None:  # the real server behind; messages about `other` held back
+        def from_server(message) -> None:
+            if holding[0] and json.loads(message).get("session") == other.pk:
+                held.append(message)
+            else:
+                ws.send(message)
+
+        ws.connect_to_server().on_message(from_server)
+        routes.append(ws)
+
+    page.route_web_socket("**/ws/live/**", through)
+    fetched = []
+    card_url = f"/sessions/{other.pk}/card/"
+    page.on("request", lambda request: request.url.endswith(card_url) and fetched.append(1))
+    login(alice)
+    open_live(f"/sessions/{here.pk}/")
+    send(server, agent, status("WORKING", at=2, context="other", task="t2", text="Replanned"))
+    for _ in range(100):  # until its message is here, held
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the message about the other session never came"
+
+    page.locator(f'li[data-sidebar-session="{other.pk}"]').hover()
+    card = card_in(page, HOVERCARD, other)
+    expect(card).to_contain_text("Replanned")
+    assert len(fetched) == 1
+
+    holding[0] = False
+    for message in held:  # now the page hears what it shows already
+        routes[-1].send(message)
+    send(server, agent, status("WORKING", at=3, context="other", task="t2", text="Third"))
+
+    # Heard in order: once the newer one's card is shown, the held one was handled before.
+    expect(card).to_contain_text("Third")
+    assert len(fetched) == 2, "a message no newer than the open card fetched it again"
+
+
 def test_a_hovercard_opened_by_keyboard_focus_stays_current_through_a_refetch_until_escape(
     server, page, login, open_live, alice, ops
 ):
