@@ -23,8 +23,8 @@ from django.db import connections, router
 from django.db.models import Model, QuerySet
 from django.db.models.constants import OnConflict
 
-# Stands for the key while compiling: the params equal to it are where the key goes. No row
-# has this id.
+# Stand for the keys while compiling: the params equal to one (or to its text, where a text
+# field was filtered by it) are where that key goes. No row has these ids.
 _KEY = -7_340_031_999
 
 
@@ -32,7 +32,7 @@ _KEY = -7_340_031_999
 class _Compiled:
     sql: str
     params: tuple
-    slots: tuple[int, ...]  # where among the params the key goes
+    slots: tuple[tuple[int, int], ...]  # (where among the params, which key) for each key
     columns: tuple  # the selected expressions, in order, for their converters
     fields: slice  # where the model's fields are among the columns
     attnames: tuple[str, ...]  # and which fields they are
@@ -40,25 +40,29 @@ class _Compiled:
 
 
 class Prepared:
-    """`build(key)` → the QuerySet; `prepared(key)` → its rows, as model instances. The key
-    must be a parameter of the SQL (a filter value), never part of its text (a slice). No
-    select_related: annotate what is needed from a related row."""
+    """`build(key)` → the QuerySet; `prepared(key)` → its rows, as model instances. With
+    `keys=N`, `build(k1, …, kN)` and `prepared(k1, …, kN)`. Each key must be a parameter of
+    the SQL (a filter value, of an integer or text field), never part of its text (a slice).
+    No select_related: annotate what is needed from a related row."""
 
-    def __init__(self, build: Callable[[Any], QuerySet]) -> None:
+    def __init__(self, build: Callable[..., QuerySet], *, keys: int = 1) -> None:
         self._build = build
+        self._placeholders = tuple(_KEY - i for i in range(keys))
         self._model: type[Model] | None = None
         self._compiled: dict[str, _Compiled] = {}  # by database alias
 
-    def __call__(self, key: Any) -> list[Model]:
+    def __call__(self, *keys: Any) -> list[Model]:
+        if len(keys) != len(self._placeholders):
+            raise TypeError(f"{len(self._placeholders)} keys, please, not {len(keys)}")
         if self._model is None:
-            self._model = self._build(_KEY).model
+            self._model = self._build(*self._placeholders).model
         alias = router.db_for_read(self._model)
         compiled = self._compiled.get(alias)
         if compiled is None:
             compiled = self._compiled[alias] = self._compile(alias)
         params = list(compiled.params)
-        for slot in compiled.slots:
-            params[slot] = key
+        for slot, which in compiled.slots:
+            params[slot] = keys[which]
         connection = connections[alias]
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
@@ -88,11 +92,17 @@ class Prepared:
         return instances
 
     def _compile(self, alias: str) -> _Compiled:
-        compiler = self._build(_KEY).query.get_compiler(alias)
+        compiler = self._build(*self._placeholders).query.get_compiler(alias)
         sql, params = compiler.as_sql()
-        slots = tuple(i for i, param in enumerate(params) if param == _KEY)
-        if not slots:
-            raise ValueError("a prepared read must filter by its key")
+        which = {key: n for n, key in enumerate(self._placeholders)}
+        which.update((str(key), n) for n, key in enumerate(self._placeholders))
+        slots = tuple(
+            (i, which[param])
+            for i, param in enumerate(params)
+            if isinstance(param, int | str) and param in which
+        )
+        if {n for _, n in slots} != set(range(len(self._placeholders))):
+            raise ValueError("a prepared read must filter by each of its keys")
         info = compiler.klass_info
         if info is None or info.get("related_klass_infos"):
             raise ValueError("a prepared read selects one model's rows, without select_related")

@@ -94,8 +94,18 @@ def lock_all(session_ids: set[int], *, skip_locked: bool = False) -> list[Sessio
     """Lock several sessions' rows at once, in one order (by id), so two writers locking
     overlapping sets never deadlock. `skip_locked`: leave out (rather than wait for) those
     another transaction holds."""
+    if len(session_ids) == 1:  # one push's batch: prepared (runtime/prepared.py says why)
+        return _LOCK_ONE[skip_locked](*session_ids)
     sessions = Session.objects.select_for_update(skip_locked=skip_locked)
     return list(sessions.filter(pk__in=session_ids).order_by("pk"))
+
+
+_LOCK_ONE = {
+    skip: prepared.Prepared(
+        lambda pk, skip=skip: Session.objects.select_for_update(skip_locked=skip).filter(pk=pk)
+    )
+    for skip in (False, True)
+}
 
 
 def derive(

@@ -451,6 +451,11 @@ _RECENT_TASKS = Prepared(
 _CARD = Prepared(lambda session_id: ProgressCard.objects.filter(session_id=session_id))
 
 
+def stored(session_id: int) -> ProgressCard | None:
+    """The session's stored card, if it has one (a prepared read)."""
+    return next(iter(_CARD(session_id)), None)
+
+
 def recent_tasks(session: Session) -> list[Task]:
     """The session's newest tasks (turns), newest first: everything its card shows."""
     return list(_RECENT_TASKS(session.pk))
@@ -484,7 +489,7 @@ def from_session(
     markdown = _bounded_note(noted.note) if noted else None
     status_digest = _content_digest(plan, markdown)
     if card is NOT_READ:  # else read by the caller, under the session's lock
-        card = next(iter(_CARD(session.pk)), None)
+        card = stored(session.pk)
     source = ProgressCard.Source.STATUS
     if (
         card is not None

@@ -379,6 +379,46 @@ def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(ke
     assert Task.objects.get(task_id="t-busy").state == "TASK_STATE_WORKING"
 
 
+def test_a_lone_push_whose_session_another_process_is_applying_waits_for_a_later_batch(
+    kept_only,
+):
+    """A batch of one task's pushes reads it prepared (state.Locked._preload_one): a held
+    session defers them as a batch of many does, rather than waiting for its lock."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
+    registered = make_agent()
+    push(Client(), registered, status("SUBMITTED", task="t-busy", context="busy"))
+    applier.drain()
+    push(Client(), registered, status("WORKING", task="t-busy", context="busy", at=1))
+    holding, release = threading.Event(), threading.Event()
+
+    def another_process_applying_busy() -> None:
+        try:
+            with transaction.atomic():
+                Session.objects.select_for_update().get(context_id="busy")
+                holding.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=another_process_applying_busy)
+    other.start()
+    try:
+        assert holding.wait(10)
+        started = time.monotonic()
+        batch = applier.apply_batch()
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        other.join(10)
+
+    assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (1, 0, 1, 0)
+    assert waited < 2, "the batch waited for the other process's lock"
+    assert Task.objects.get().state == "TASK_STATE_SUBMITTED"
+    assert applier.drain() == 1
+    assert Task.objects.get().state == "TASK_STATE_WORKING"
+
+
 def test_a_session_another_process_is_creating_defers_its_deliveries_rather_than_wait(
     kept_only, caplog
 ):

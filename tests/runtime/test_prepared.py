@@ -70,6 +70,27 @@ def test_a_prepared_read_gives_what_its_queryset_gives(token_agent):
     assert all(isinstance(row["at"], datetime) and row["at"].tzinfo for row in decoded)
 
 
+def test_a_prepared_read_with_several_keys_puts_each_where_its_queryset_filtered_by_it(
+    token_agent,
+):
+    for task in ("t-1", "t-2"):
+        assert push(Client(), token_agent, status("WORKING", task=task)).status_code == 200
+    agent_id = Session.objects.get().agent_id
+
+    def task(agent_id, task_id):
+        return Task.objects.filter(agent_id=agent_id, task_id=task_id)
+
+    prepared = Prepared(task, keys=2)
+    for task_id in ("t-1", "t-2", "t-3"):  # text keys too, and one that finds nothing
+        assert fields(prepared(agent_id, task_id)) == fields(task(agent_id, task_id))
+    assert prepared(agent_id + 1000, "t-1") == []  # the other key is a filter too
+    with pytest.raises(TypeError):
+        prepared(agent_id)
+    ignoring = Prepared(lambda agent_id, task_id: Task.objects.filter(agent_id=agent_id), keys=2)
+    with pytest.raises(ValueError, match="each of its keys"):
+        ignoring(agent_id, "t-1")
+
+
 def stored(card: ProgressCard) -> dict:
     return fields([ProgressCard.objects.get(pk=card.pk)])[0]
 
