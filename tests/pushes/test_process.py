@@ -1,11 +1,13 @@
 """The applier in a process of its own beside each server (tasks/pushes/process.py): a real
 daphne, run as people run it, starts one; it applies what the server keeps, is started again
 if it dies, and never outlives its server, even one killed with SIGKILL. Its hints reach the
-server's sockets through the server (the browser tests see pushes arrive live through it).
+server's sockets through the server on the embedded default (the browser tests see pushes
+arrive live through it), and through Redis on Redis.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -140,3 +142,40 @@ def test_in_the_applier_process_hints_and_notification_wakes_go_to_the_server():
         ("send",),
     ]
     assert not sender.background.running, "a sender was started in the applier's process"
+
+
+def test_on_the_embedded_default_the_applier_process_says_its_hints_to_the_server(settings):
+    settings.REDIS_URL = ""
+    out = io.BytesIO()
+    try:
+        assert process.send_hints(process._Voice(out)) is None
+        broadcast.hint(43, None, {"type": "session.changed", "session": 43, "revision": 2})
+    finally:
+        broadcast.relay_to(None)
+    said = json.loads(out.getvalue())
+    assert said["hint"][0] == 43 and said["hint"][2]["revision"] == 2
+
+
+def test_on_redis_the_applier_process_sends_its_hints_through_the_layer_itself(settings):
+    """Nothing goes to the server for it to decode and send again: its listeners hear the
+    child's hints from Redis as they hear their own server's."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL: on the in-memory layer hints go through the server")
+    layer = get_channel_layer()
+    channel = async_to_sync(listening.join)(layer)
+    broadcast.coalescer.clear()
+    out = io.BytesIO()
+    before = broadcast._server_loop
+    sending = process.send_hints(process._Voice(out))
+    try:
+        message = {"type": "session.changed", "session": 42, "revision": 5, "updatedAt": "t"}
+        broadcast.hint(42, None, message)
+        received = async_to_sync(listening.first)(layer, channel, [broadcast.session_group(42)])
+    finally:
+        broadcast.use_loop(before)
+        sending.call_soon_threadsafe(sending.stop)
+    assert json.loads(fanout.text_for(received))["revision"] == 5
+    assert out.getvalue() == b"", "the hint was relayed to the server"
