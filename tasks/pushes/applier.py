@@ -39,14 +39,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from tasks.models import NOT_READ, Agent, Delivery
 from tasks.pushes import apply, deliveries, process
 from tasks.runtime.loop import Loop
+from tasks.runtime.prepared import Prepared
 from tasks.runtime.writer import writing
 from tasks.sessions import changes, fragments, usage
 from tasks.wire import protocol
@@ -125,13 +128,11 @@ def _claim_and_apply(
     their fragments are marked stale: the returned `Later` renders and stores them once
     this commits)."""
     postgresql = connection.vendor == "postgresql"
-    due = deliveries.due() if only is None else deliveries.due().filter(pk=only)
-    # Their agents in the same query (locking only the deliveries' rows).
-    claimed = list(
-        due.select_related("agent")
-        .select_for_update(skip_locked=True, of=("self",))
-        .order_by("pk")[:limit]
-    )
+    if only is None and limit == BATCH:
+        claimed = _CLAIM(now)  # every batch of a running applier: prepared.py says why
+    else:
+        due = deliveries.due(now) if only is None else deliveries.due(now).filter(pk=only)
+        claimed = list(_claim(due, limit))
     batch.claimed = len(claimed)
     if not claimed:
         return None
@@ -159,6 +160,19 @@ def _claim_and_apply(
         later = changes.changed(touched, derived=True, later=True) if touched else None
     batch.sessions = {one.session.pk for one in touched}
     return later
+
+
+def _claim(due: QuerySet[Delivery], limit: int) -> QuerySet[Delivery]:
+    """Due deliveries to apply, oldest first, locked (passing over those another process
+    holds), with their agents in the same query (locking only the deliveries' rows)."""
+    return (
+        due.select_related("agent")
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("pk")[:limit]
+    )
+
+
+_CLAIM = Prepared(lambda now: _claim(deliveries.due(now), BATCH), keys=(datetime,))
 
 
 def _apply(

@@ -192,10 +192,11 @@ def clear_spool(moved: dict[int, int]) -> None:
 # -- applying -----------------------------------------------------------------------------
 
 
-def due() -> QuerySet[Delivery]:
-    """The pending deliveries due to be applied: never tried, or their retry's time has come."""
+def due(now: datetime | None = None) -> QuerySet[Delivery]:
+    """The pending deliveries due to be applied (`now`, or now): never tried, or their
+    retry's time has come."""
     return Delivery.objects.filter(outcome=Delivery.Outcome.PENDING).filter(
-        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now())
+        Q(retry_at__isnull=True) | Q(retry_at__lte=timezone.now() if now is None else now)
     )
 
 

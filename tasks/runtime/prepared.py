@@ -17,53 +17,74 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, router
 from django.db.models import Model, QuerySet
 from django.db.models.constants import OnConflict
+from django.db.models.query import get_related_populators
 
-# Stand for the keys while compiling: the params equal to one (or to its text, where a text
-# field was filtered by it) are where that key goes. No row has these ids.
+# Stand for the keys while compiling: the params equal to one (a datetime's as the database
+# is sent it) are where that key goes. No row has these ids, nor any of its times this one.
 _KEY = -7_340_031_999
+_WHEN = datetime(1901, 12, 13, 20, 45, 52, 123457, tzinfo=UTC)
+
+
+def _placeholder(kind: type, n: int) -> Any:
+    if kind is int:
+        return _KEY - n
+    if kind is str:
+        return str(_KEY - n)
+    if kind is datetime:
+        return _WHEN + timedelta(seconds=n)
+    raise TypeError(f"a prepared read's keys are int, str or datetime, not {kind!r}")
 
 
 @dataclass(frozen=True)
 class _Compiled:
     sql: str
     params: tuple
-    slots: tuple[tuple[int, int], ...]  # (where among the params, which key) for each key
+    # For each key: where among the params, which key, and whether it goes as a datetime
+    # is sent to this database (SQLite's are text).
+    slots: tuple[tuple[int, int, bool], ...]
     columns: tuple  # the selected expressions, in order, for their converters
     fields: slice  # where the model's fields are among the columns
     attnames: tuple[str, ...]  # and which fields they are
     annotations: tuple[tuple[str, int], ...]  # (name, column) of each annotation
+    related: tuple  # Django's own fillers of select_related rows, made once
 
 
 class Prepared:
     """`build(key)` → the QuerySet; `prepared(key)` → its rows, as model instances. With
-    `keys=N`, `build(k1, …, kN)` and `prepared(k1, …, kN)`. Each key must be a parameter of
-    the SQL (a filter value, of an integer or text field), never part of its text (a slice).
-    No select_related: annotate what is needed from a related row."""
+    `keys=(int, str, …)`, the kind of each, `build(k1, k2, …)` and `prepared(k1, k2, …)`.
+    Each key must be a parameter of the SQL (a filter value), never part of its text (a
+    slice). select_related rows are made as the ORM makes them."""
 
-    def __init__(self, build: Callable[..., QuerySet], *, keys: int = 1) -> None:
+    def __init__(self, build: Callable[..., QuerySet], *, keys: tuple[type, ...] = (int,)) -> None:
         self._build = build
-        self._placeholders = tuple(_KEY - i for i in range(keys))
+        self._placeholders = tuple(_placeholder(kind, n) for n, kind in enumerate(keys))
         self._model: type[Model] | None = None
+        self._route = router.db_for_read  # a locking read (select_for_update) is a write's
         self._compiled: dict[str, _Compiled] = {}  # by database alias
 
     def __call__(self, *keys: Any) -> list[Model]:
         if len(keys) != len(self._placeholders):
             raise TypeError(f"{len(self._placeholders)} keys, please, not {len(keys)}")
         if self._model is None:
-            self._model = self._build(*self._placeholders).model
-        alias = router.db_for_read(self._model)
+            built = self._build(*self._placeholders)
+            self._model = built.model
+            if built.query.select_for_update:
+                self._route = router.db_for_write
+        alias = self._route(self._model)
         compiled = self._compiled.get(alias)
         if compiled is None:
             compiled = self._compiled[alias] = self._compile(alias)
         params = list(compiled.params)
-        for slot, which in compiled.slots:
-            params[slot] = keys[which]
         connection = connections[alias]
+        for slot, which, as_datetime in compiled.slots:
+            key = keys[which]
+            params[slot] = connection.ops.adapt_datetimefield_value(key) if as_datetime else key
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchall()
@@ -88,24 +109,29 @@ class Prepared:
             instance = self._model.from_db(alias, compiled.attnames, row[compiled.fields])
             for name, column in compiled.annotations:
                 setattr(instance, name, row[column])
+            for related in compiled.related:
+                related.populate(row, instance)
             instances.append(instance)
         return instances
 
     def _compile(self, alias: str) -> _Compiled:
         compiler = self._build(*self._placeholders).query.get_compiler(alias)
         sql, params = compiler.as_sql()
-        which = {key: n for n, key in enumerate(self._placeholders)}
-        which.update((str(key), n) for n, key in enumerate(self._placeholders))
+        ops = compiler.connection.ops
+        sent = {  # each key's placeholder as the database is sent it
+            ops.adapt_datetimefield_value(key) if isinstance(key, datetime) else key: n
+            for n, key in enumerate(self._placeholders)
+        }
         slots = tuple(
-            (i, which[param])
+            (i, sent[param], isinstance(self._placeholders[sent[param]], datetime))
             for i, param in enumerate(params)
-            if isinstance(param, int | str) and param in which
+            if isinstance(param, int | str | datetime) and param in sent
         )
-        if {n for _, n in slots} != set(range(len(self._placeholders))):
+        if {n for _, n, _ in slots} != set(range(len(self._placeholders))):
             raise ValueError("a prepared read must filter by each of its keys")
         info = compiler.klass_info
-        if info is None or info.get("related_klass_infos"):
-            raise ValueError("a prepared read selects one model's rows, without select_related")
+        if info is None:
+            raise ValueError("a prepared read selects a model's rows")
         selected = info["select_fields"]
         fields = slice(selected[0], selected[-1] + 1)
         return _Compiled(
@@ -116,6 +142,7 @@ class Prepared:
             fields=fields,
             attnames=tuple(column[0].target.attname for column in compiler.select[fields]),
             annotations=tuple(compiler.annotation_col_map.items()),
+            related=tuple(get_related_populators(info, compiler.select, alias)),
         )
 
 

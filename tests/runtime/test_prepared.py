@@ -13,7 +13,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.test import Client
 
-from tasks.models import Interaction, Message, ProgressCard, Session, Task
+from tasks.models import Delivery, Interaction, Message, ProgressCard, Session, Task
 from tasks.runtime import prepared
 from tasks.runtime.prepared import Prepared
 from tasks.wire import profile
@@ -80,15 +80,45 @@ def test_a_prepared_read_with_several_keys_puts_each_where_its_queryset_filtered
     def task(agent_id, task_id):
         return Task.objects.filter(agent_id=agent_id, task_id=task_id)
 
-    prepared = Prepared(task, keys=2)
+    prepared = Prepared(task, keys=(int, str))
     for task_id in ("t-1", "t-2", "t-3"):  # text keys too, and one that finds nothing
         assert fields(prepared(agent_id, task_id)) == fields(task(agent_id, task_id))
     assert prepared(agent_id + 1000, "t-1") == []  # the other key is a filter too
     with pytest.raises(TypeError):
         prepared(agent_id)
-    ignoring = Prepared(lambda agent_id, task_id: Task.objects.filter(agent_id=agent_id), keys=2)
+    ignoring = Prepared(
+        lambda agent_id, task_id: Task.objects.filter(agent_id=agent_id), keys=(int, str)
+    )
     with pytest.raises(ValueError, match="each of its keys"):
         ignoring(agent_id, "t-1")
+
+
+def test_a_prepared_read_by_a_time_locking_its_rows_gives_them_with_their_related_rows(
+    token_agent, django_assert_num_queries
+):
+    """As the applier claims what is due: a datetime key, rows locked, and each row's agent
+    made from the same query, as select_related makes it."""
+    for at in (1, 2, 3):
+        push(Client(), token_agent, status("WORKING", task=f"t-{at}", at=at))
+    received = sorted(Delivery.objects.values_list("received_at", flat=True))
+
+    def received_by(when):
+        return (
+            Delivery.objects.filter(received_at__lte=when)
+            .select_related("agent")
+            .select_for_update(of=("self",))
+            .order_by("pk")
+        )
+
+    claim = Prepared(received_by, keys=(datetime,))
+    with transaction.atomic():  # a locking read is one only inside a transaction
+        for when in (received[0] - timedelta(seconds=1), received[1], received[2]):
+            rows = claim(when)
+            assert fields(rows) == fields(received_by(when))
+            with django_assert_num_queries(0):
+                agents = [row.agent.name for row in rows]
+            assert agents == [token_agent.agent.name] * len(rows)
+    assert [len(claim(when)) for when in received] == [1, 2, 3]
 
 
 def stored(card: ProgressCard) -> dict:

@@ -115,9 +115,11 @@ _SESSION_OF = Prepared(
     lambda agent_id, task_id: Task.objects.filter(agent_id=agent_id, task_id=task_id).only(
         "session_id"
     ),
-    keys=2,
+    keys=(int, str),
 )
-_TASK = Prepared(lambda pk, session_id: Task.objects.filter(pk=pk, session_id=session_id), keys=2)
+_TASK = Prepared(
+    lambda pk, session_id: Task.objects.filter(pk=pk, session_id=session_id), keys=(int, int)
+)
 
 
 @dataclass
