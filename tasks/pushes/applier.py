@@ -173,6 +173,8 @@ def _claim(due: QuerySet[Delivery], limit: int) -> QuerySet[Delivery]:
 
 
 _CLAIM = Prepared(lambda now: _claim(deliveries.due(now), BATCH), keys=(datetime,))
+# Whether any is due, locked or not (drain asks after every batch that claimed none).
+_ANY_DUE = Prepared(lambda now: deliveries.due(now).only("pk")[:1], keys=(datetime,))
 
 
 def _apply(
@@ -350,7 +352,7 @@ def drain(*, gather: float = 0.0, sleep: Callable[[float], None] = time.sleep) -
         # rows SKIP LOCKED passed over may be held only for a moment (a duplicate being
         # counted on its row, another applier finishing): look again shortly, a few times,
         # then leave them to the next poll.
-        if (batch.claimed or deliveries.due().exists()) and waits < 20:
+        if (batch.claimed or _ANY_DUE(timezone.now())) and waits < 20:
             waits += 1
             time.sleep(0.01)
             continue

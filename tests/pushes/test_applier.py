@@ -419,6 +419,37 @@ def test_a_lone_push_whose_session_another_process_is_applying_waits_for_a_later
     assert Task.objects.get().state == "TASK_STATE_WORKING"
 
 
+def test_drain_looks_again_for_a_due_push_whose_row_is_held_for_a_moment(kept_only):
+    """A claim passes over a row another transaction holds (a duplicate being counted on
+    it): drain sees one is still due, and applies it once it is let go, rather than leave
+    it to the next poll a second later."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
+    registered = make_agent()
+    push(Client(), registered, status("WORKING", at=1, text="held a moment"))
+    holding = threading.Event()
+
+    def counting_a_duplicate() -> None:
+        try:
+            with transaction.atomic():
+                Delivery.objects.select_for_update().get()
+                holding.set()
+                time.sleep(0.05)  # drain looks again for 0.2 s at least
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=counting_a_duplicate)
+    other.start()
+    try:
+        assert holding.wait(10)
+        applied = applier.drain()
+    finally:
+        other.join(10)
+
+    assert applied == 1
+    assert Task.objects.get().status_message == "held a moment"
+
+
 def test_a_session_another_process_is_creating_defers_its_deliveries_rather_than_wait(
     kept_only, caplog
 ):
