@@ -232,6 +232,9 @@ def record_outcomes(deliveries: list[Delivery]) -> None:
     for delivery in deliveries:
         if not delivery.warnings:
             delivery.applied_at = at
+    if len(deliveries) == 1 and plain:  # a lone push's batch: its UPDATE made once
+        prepared.update(deliveries[0], tuple(_OUTCOME_FIELDS))
+        return
     for outcome, pks in plain.items():
         Delivery.objects.filter(pk__in=pks).update(
             outcome=outcome, warnings=[], applied_at=at, last_error="", retry_at=None

@@ -52,6 +52,7 @@ from tasks.models import (
     states,
 )
 from tasks.models.timeline import TimelineEntry
+from tasks.runtime import prepared
 from tasks.sessions import decision_words
 
 Kind = TimelineEntry.Kind
@@ -101,9 +102,11 @@ class Pending:
             self.entries.append(_card_entry(session, card))
 
     def write(self) -> None:
-        if self.entries:
+        if len(self.entries) == 1:  # a lone push's, nearly always: its INSERT made once
+            prepared.insert(self.entries[0])
+        elif self.entries:
             TimelineEntry.objects.bulk_create(self.entries)
-            self.entries = []
+        self.entries = []
 
     def drop(self) -> None:
         """What was gathered was rolled back with its delivery."""
