@@ -13,7 +13,8 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -341,6 +342,32 @@ def test_fragments_a_batch_cannot_store_together_are_stored_each_alone(kept_only
     assert Session.objects.get(context_id="ctx-2").card.markdown == "new"
 
 
+@contextmanager
+def another_transaction(hold: Callable[[], object], *, for_at_most: float = 10) -> Iterator[None]:
+    """While the block runs, another thread (standing for another process) holds what `hold`
+    locks or creates, in a transaction of its own, until the block ends or `for_at_most`
+    seconds have passed, whichever is first."""
+    holding, release = threading.Event(), threading.Event()
+
+    def other_process() -> None:
+        try:
+            with transaction.atomic():
+                hold()
+                holding.set()
+                release.wait(for_at_most)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=other_process)
+    other.start()
+    try:
+        assert holding.wait(10)
+        yield
+    finally:
+        release.set()
+        other.join(10)
+
+
 def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(kept_only, caplog):
     if connection.vendor != "postgresql":
         pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
@@ -350,26 +377,12 @@ def test_a_session_another_process_is_applying_defers_only_its_own_deliveries(ke
     applier.drain()
     for context in ("busy", "free"):
         push(Client(), registered, status("WORKING", task=f"t-{context}", context=context, at=1))
-    holding, release = threading.Event(), threading.Event()
-
-    def another_process_applying_busy() -> None:
-        try:
-            with transaction.atomic():
-                Session.objects.select_for_update().get(context_id="busy")
-                holding.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-
-    other = threading.Thread(target=another_process_applying_busy)
-    other.start()
-    try:
-        assert holding.wait(10)
-        with caplog.at_level(logging.INFO, logger="tasks.pushes.applier"):
-            batch = applier.apply_batch()
-    finally:
-        release.set()
-        other.join(10)
+    busy = Session.objects.select_for_update().filter(context_id="busy")
+    with (
+        another_transaction(busy.get),
+        caplog.at_level(logging.INFO, logger="tasks.pushes.applier"),
+    ):
+        batch = applier.apply_batch()
 
     assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (2, 1, 1, 0)
     assert "applied whole" not in caplog.text, "a held session made the batch start over"
@@ -390,27 +403,11 @@ def test_a_lone_push_whose_session_another_process_is_applying_waits_for_a_later
     push(Client(), registered, status("SUBMITTED", task="t-busy", context="busy"))
     applier.drain()
     push(Client(), registered, status("WORKING", task="t-busy", context="busy", at=1))
-    holding, release = threading.Event(), threading.Event()
-
-    def another_process_applying_busy() -> None:
-        try:
-            with transaction.atomic():
-                Session.objects.select_for_update().get(context_id="busy")
-                holding.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-
-    other = threading.Thread(target=another_process_applying_busy)
-    other.start()
-    try:
-        assert holding.wait(10)
+    busy = Session.objects.select_for_update().filter(context_id="busy")
+    with another_transaction(busy.get):
         started = time.monotonic()
         batch = applier.apply_batch()
         waited = time.monotonic() - started
-    finally:
-        release.set()
-        other.join(10)
 
     assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (1, 0, 1, 0)
     assert waited < 2, "the batch waited for the other process's lock"
@@ -427,24 +424,9 @@ def test_drain_looks_again_for_a_due_push_whose_row_is_held_for_a_moment(kept_on
         pytest.skip("row locks are PostgreSQL's: SQLite has one writer at a time")
     registered = make_agent()
     push(Client(), registered, status("WORKING", at=1, text="held a moment"))
-    holding = threading.Event()
-
-    def counting_a_duplicate() -> None:
-        try:
-            with transaction.atomic():
-                Delivery.objects.select_for_update().get()
-                holding.set()
-                time.sleep(0.05)  # drain looks again for 0.2 s at least
-        finally:
-            connections.close_all()
-
-    other = threading.Thread(target=counting_a_duplicate)
-    other.start()
-    try:
-        assert holding.wait(10)
+    # Let go while drain is still looking (for 0.2 s at least).
+    with another_transaction(Delivery.objects.select_for_update().get, for_at_most=0.05):
         applied = applier.drain()
-    finally:
-        other.join(10)
 
     assert applied == 1
     assert Task.objects.get().status_message == "held a moment"
@@ -460,27 +442,14 @@ def test_a_session_another_process_is_creating_defers_its_deliveries_rather_than
     registered = make_agent()
     for context in ("new", "free"):
         push(Client(), registered, status("WORKING", task=f"t-{context}", context=context))
-    holding, release = threading.Event(), threading.Event()
 
-    def another_process_creating_new() -> None:
-        try:
-            with transaction.atomic():
-                changes.open_session(registered.agent, "new", at=timezone.now())
-                holding.set()
-                release.wait(3)
-        finally:
-            connections.close_all()
+    def creating_new() -> None:
+        changes.open_session(registered.agent, "new", at=timezone.now())
 
-    other = threading.Thread(target=another_process_creating_new)
-    other.start()
-    try:
-        assert holding.wait(10)
+    with another_transaction(creating_new, for_at_most=3):
         started = time.monotonic()
         batch = applier.apply_batch()
         waited = time.monotonic() - started
-    finally:
-        release.set()
-        other.join(10)
 
     assert (batch.claimed, batch.applied, batch.deferred, batch.failed) == (2, 1, 1, 0)
     assert waited < 2, "the batch waited for the other process's new session"
