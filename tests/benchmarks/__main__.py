@@ -23,6 +23,7 @@ BENCHMARKS = {
     "notify": "tests.benchmarks.notify",
     "search": "tests.benchmarks.search",
     "decisions": "tests.benchmarks.decisions",
+    "activity": "tests.benchmarks.activity",
 }
 
 
