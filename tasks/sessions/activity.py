@@ -27,7 +27,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from tasks.models import Artifact, Interaction, Message, Session, Task
-from tasks.sessions import artifact_markdown, progress_card, question_detail
+from tasks.sessions import artifact_markdown, progress_card, question_detail, transcript_rows
 from tasks.sessions.progress_card import strip_invisible
 from tasks.wire import agent_text
 
@@ -87,7 +87,7 @@ def _newest_within(
 
 def transcript(session: Session, before: str | None, limit: int) -> Shown:
     """The newest messages (before the message `before`, if given) that fit the budget, in
-    reading order; each with `shown_text` (its first MESSAGE_CHARS) and `cut`."""
+    reading order, as rows the page shows (transcript_rows.Row), each cut to MESSAGE_CHARS."""
     rows = session.messages.all()
     anchor = _anchor(rows, before, "before", "a message", "at")
     if anchor is not None:
@@ -104,14 +104,9 @@ def transcript(session: Session, before: str | None, limit: int) -> Shown:
         (pk, shown := min(n, MESSAGE_CHARS) + (parts or 0), shown) for pk, n, parts in sizes[:limit]
     ]
     chosen = _newest_within(capped, TRANSCRIPT_CHARS, TRANSCRIPT_CHARS)
-    messages = list(
-        Message.objects.filter(pk__in=chosen)
-        .defer("text", "files")
-        .annotate(shown_text=Substr("text", 1, MESSAGE_CHARS), length=Length("text"))
-        .order_by("at", "id")
+    messages = transcript_rows.rows(
+        Message.objects.filter(pk__in=chosen).order_by("at", "id"), cut_at=MESSAGE_CHARS
     )
-    for message in messages:
-        message.cut = message.length > MESSAGE_CHARS
     earlier = messages[0].pk if messages and len(chosen) < len(sizes) else None
     return Shown(messages, earlier)
 

@@ -4,7 +4,6 @@ static/js/times.js writes, since the script takes over ticking the same text."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from datetime import datetime
 
 from django import template
@@ -180,28 +179,3 @@ _MARKUP = re.compile(r"[*_`#>|~\[\]]+|-{2,}")
 def plain_line(markdown: str) -> str:
     """A note as one plain line for a receipt: no tags, no markdown marks, one space."""
     return " ".join(_MARKUP.sub(" ", strip_tags(markdown)).split())
-
-
-@register.filter
-def receipt_runs(messages: Iterable) -> list[dict]:
-    """The transcript in reading order, with each run of two or more card receipts in a row
-    as one entry, so a chatty card does not bury the conversation: entries are
-    `{"message": m}`, `{"receipt": m}` (a receipt alone) or `{"receipts": [m, ...]}`."""
-    entries: list[dict] = []
-    run: list = []
-
-    def close_run() -> None:
-        if len(run) == 1:
-            entries.append({"receipt": run[0]})
-        elif run:
-            entries.append({"receipts": list(run)})
-        run.clear()
-
-    for message in messages:
-        if getattr(message, "card_update", False):
-            run.append(message)
-            continue
-        close_run()
-        entries.append({"message": message})
-    close_run()
-    return entries

@@ -43,6 +43,7 @@ from tasks.sessions import (
     listing,
     search,
     timeline,
+    transcript_rows,
 )
 from tasks.wire import message_parts
 from tasks.wire.numbers import whole_number
@@ -252,7 +253,7 @@ def _activity(session: Session, query) -> dict:
     # request (the sender changes it without changing the session).
     seen.attach([*open_ones, *answered])
     return {
-        "messages_": transcript.items,
+        "transcript": transcript_rows.markup(transcript.items),
         "earlier_messages": transcript.earlier,
         "artifacts": versions.items,
         "earlier_artifacts": versions.earlier,
