@@ -781,10 +781,8 @@ def test_the_largest_card_of_script_tags_is_accepted_and_empty(post_card):
     count = progress_card.MAX_MARKDOWN_BYTES // len(SCRIPT_TAG)  # 455 tags fit in 8,192 bytes
     markdown = SCRIPT_TAG * count
     assert len(markdown.encode()) <= progress_card.MAX_MARKDOWN_BYTES < len(markdown + SCRIPT_TAG)
-    started = time.perf_counter()
-    stored = post_card(markdown)
-    assert time.perf_counter() - started < 2
-    assert stored == ""
+    # How its time grows with the tags is test_render_handles_17500_script_tags_in_linear_time's.
+    assert post_card(markdown) == ""
 
 
 def test_8_kib_of_unclosed_script_tags_is_accepted_and_empty(post_card):
@@ -793,14 +791,12 @@ def test_8_kib_of_unclosed_script_tags_is_accepted_and_empty(post_card):
     assert post_card(markdown) == ""
 
 
-def test_8_kib_of_unterminated_script_openings_renders_quickly(post_card):
-    # `<script ` with no `>` ever: the worst case for a pattern looking for the tag's end.
+def test_8_kib_of_unterminated_script_openings_is_accepted_and_safe(post_card):
+    # `<script ` with no `>` ever: the worst case for a pattern looking for the tag's end (how
+    # its time grows is test_render_handles_17500_script_tags_in_linear_time's, "unterminated").
     markdown = "<script\n" + "<script " * ((progress_card.MAX_MARKDOWN_BYTES - 8) // 8)
     assert len(markdown.encode()) <= progress_card.MAX_MARKDOWN_BYTES
-    started = time.perf_counter()
-    stored = post_card(markdown)
-    assert time.perf_counter() - started < 2
-    assert_safe(stored)
+    assert_safe(post_card(markdown))
 
 
 @pytest.mark.parametrize(
@@ -839,6 +835,7 @@ def timed_render(markdown: str) -> tuple[float, str, str]:
         pytest.param(SCRIPT_TAG, id="closed"),
         pytest.param(SCRIPT_TAG + "\n", id="one-per-line"),
         pytest.param("<script>", id="unclosed"),
+        pytest.param("<script ", id="unterminated"),
         pytest.param("<script>alert(1)</script> ok\n\n", id="with-text"),
     ],
 )
