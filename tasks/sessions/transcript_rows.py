@@ -5,14 +5,15 @@ while an agent streams (static/js/live.js), for every person who has the page op
 transcript is most of that activity, up to 500 rows, and rendering them through the
 template every time cost ~100 ms of CPU per refetch (`python -m tests.benchmarks
 activity`), so ten people watching a busy session took a core. A row depends only on what
-its message holds and on the time zone; nothing in it is a viewer's (their buttons are
-elsewhere on the page). So each row is rendered once and kept here under everything it is
-made from: the same message loaded again is the same markup, and a message whose time
-moved (`transcript.before_first_dated`) is a new key. Keys hold the values themselves, not
-a digest of them, so two messages can never share a row.
+its message holds, its template and the time zone; nothing in it is a viewer's (their
+buttons are elsewhere on the page). So each row is rendered once and kept here under
+everything it is made from: the same message loaded again is the same markup, a message
+whose time moved (`transcript.before_first_dated`) is a new key, and so is a template read
+again. Keys hold the values themselves, not a digest of them, so two messages can never
+share a row.
 
 Kept in this process only, least recently shown dropped first, within KEPT_CHARS; a
-restart (a deploy with new templates) starts empty.
+restart (a deploy) starts empty.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from datetime import datetime
 from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
-from django.template.loader import render_to_string
+from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
@@ -37,7 +38,10 @@ from tasks.models import Message
 # its parts cut when stored), so no one message takes much of it.
 KEPT_CHARS = 16_000_000
 
-# What a row is made from, as `rows` reads it: with the time zone, the key it is kept under.
+ROW_TEMPLATE = "tasks/_transcript_row.html"
+RUN_TEMPLATE = "tasks/_receipt_run.html"
+# What a row is made from, as `rows` reads it: with its template and the time zone, the key
+# it is kept under.
 _FIELDS = ("pk", "session_id", "role", "at", "card_update", "html", "shown_text", "length")
 _ROLES = dict(Message.Role.choices)
 
@@ -68,14 +72,17 @@ def rows(messages: QuerySet, *, cut_at: int) -> list[Row]:
             parts_text=Cast("parts", TextField()),
         ).values_list(*_FIELDS, "parts_text")
     )
-    zone = timezone.get_current_timezone_name()
-    keys = [(zone, *values) for values in loaded]
+    template = get_template(ROW_TEMPLATE)
+    # The loader's template itself is in the key: a template edited under a development
+    # server (which empties the loader's cache rather than restarting) makes new keys.
+    made_with = (template.template, timezone.get_current_timezone_name())
+    keys = [(*made_with, *values) for values in loaded]
     shown = _kept(keys)
-    made = {key: _render(key, messages.db, cut_at) for key in keys if key not in shown}
+    made = {key: _render(template, key, messages.db, cut_at) for key in keys if key not in shown}
     _keep(made)
     shown.update(made)
     return [
-        Row(pk=key[1], at=key[4], role=key[3], card_update=key[5], markup=shown[key])
+        Row(pk=key[2], at=key[5], role=key[4], card_update=key[6], markup=shown[key])
         for key in keys
     ]
 
@@ -137,23 +144,24 @@ def _keep(made: dict[tuple, SafeString]) -> None:
 
 def _run(rows: list[Row]) -> SafeString:
     """A run of receipts, kept like a row: under its rows, themselves keyed by their content."""
-    key = ("run", timezone.get_current_timezone_name(), *rows)
+    template = get_template(RUN_TEMPLATE)
+    key = (template.template, timezone.get_current_timezone_name(), *rows)
     kept = _kept([key])
     if key in kept:
         return kept[key]
-    made = SafeString(render_to_string("tasks/_receipt_run.html", {"receipts": rows}))
+    made = SafeString(template.render({"receipts": rows}))
     _keep({key: made})
     return made
 
 
-def _render(key: tuple, alias: str, cut_at: int) -> SafeString:
-    _zone, pk, session_id, role, at, card_update, html, shown_text, length, parts_text = key
+def _render(template, key: tuple, alias: str, cut_at: int) -> SafeString:
+    _made_with, _zone, pk, session_id, role, at, card_update, html, shown_text, length, parts = key
     connection = connections[alias]
-    parts = Message._meta.get_field("parts").from_db_value(parts_text, None, connection)
+    parts = Message._meta.get_field("parts").from_db_value(parts, None, connection)
     message = Message(
         pk=pk, session_id=session_id, role=role, at=at, card_update=card_update, html=html,
         parts=parts,
     )  # fmt: skip
     message.shown_text, message.length = shown_text, length
     message.cut = length > cut_at
-    return SafeString(render_to_string("tasks/_transcript_row.html", {"message": message}))
+    return SafeString(template.render({"message": message}))

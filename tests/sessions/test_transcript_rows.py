@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.template import autoreload
 from django.test.signals import template_rendered
 from django.urls import reverse
 
@@ -157,3 +158,21 @@ def test_rows_past_the_bound_are_dropped_and_rendered_again(
     rendered.clear()
     assert activity(client, session) == page
     assert rendered.count(ROW) >= 4  # the oldest kept were dropped as newer came in
+
+
+def test_templates_read_again_make_the_rows_again(client, alice, ops, rendered):
+    # A development server, seeing a template edited, empties the template loaders' caches
+    # rather than restarting: the rows kept must not outlive the templates they came from.
+    agent = make_agent(team=ops)
+    words = [unique("one"), unique("two")]
+    for text in words:
+        say(client, agent, text)
+    session = Session.objects.get()
+    client.force_login(alice)
+    activity(client, session)
+
+    autoreload.reset_loaders()
+    rendered.clear()
+    page = activity(client, session)
+    assert rendered.count(ROW) == 2
+    assert all(text in page for text in words)
