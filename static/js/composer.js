@@ -15,8 +15,7 @@ function follow() {
   if (button) button.textContent = taskId ? button.dataset.replyLabel : button.dataset.sendLabel;
 }
 
-const main = document.querySelector(".session-main");
-if (main) new MutationObserver(follow).observe(main, { childList: true });
+document.addEventListener("onlooker:activity", follow); // activity.js put a refetch in
 follow();
 
 // The monitoring screen's "New session" (a <details>, which works without this): opening it

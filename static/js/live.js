@@ -2,7 +2,8 @@
 // refetch on every (re)connect and whenever the tab becomes visible again, so a message lost
 // while away costs nothing. Fragments are server-rendered, sanitized HTML (the same partials
 // as the page); nothing a user typed is ever inserted here other than inside them.
-import { elements, fragment } from "./fragments.js";
+import { loadActivity, refreshActivity } from "./activity.js";
+import { elements, fragment, keepWhatThePersonWasDoing } from "./fragments.js";
 import { tickTimes } from "./times.js";
 
 const body = document.body;
@@ -394,75 +395,6 @@ function refreshCounts() {
       console.warn("onlooker: counts refresh failed", error);
     }
   }, 250);
-}
-
-// A refreshed activity must not take away a half-written answer, the focus, or a receipt
-// someone opened to read.
-function keepWhatThePersonWasDoing(current, replacement) {
-  const open = new Set([...current.querySelectorAll("details[open]")].map((d) => d.dataset.key));
-  for (const details of replacement.querySelectorAll("details[data-key]")) {
-    if (open.has(details.dataset.key)) details.open = true;
-  }
-  for (const draft of current.querySelectorAll("textarea[id]")) {
-    const twin = replacement.querySelector(`#${CSS.escape(draft.id)}`);
-    if (twin && draft.value) twin.value = draft.value;
-  }
-  const active = document.activeElement;
-  if (active?.id && current.contains(active)) current.dataset.focusedId = active.id;
-}
-
-// The activity is rendered per request (it holds this person's buttons): every refetch is a
-// view on the server, for every person on the page. The first change after a quiet spell
-// shows within ACTIVITY_DELAY; while the session keeps changing (an agent streaming its
-// statuses) the page refetches at most once per ACTIVITY_SPACING, never two at once, and
-// always once more after the last change.
-const ACTIVITY_DELAY = 300;
-const ACTIVITY_SPACING = 1000;
-let activityTimer = null;
-let activityLoading = false;
-let activityAgain = false;
-let activityLoadedAt = -Infinity;
-function refreshActivity() {
-  if (!body.dataset.activityUrl || activityTimer) return;
-  if (activityLoading) {
-    activityAgain = true;
-    return;
-  }
-  const spaced = activityLoadedAt + ACTIVITY_SPACING - performance.now();
-  activityTimer = setTimeout(async () => {
-    activityTimer = null;
-    activityLoading = true;
-    activityLoadedAt = performance.now();
-    try {
-      await loadActivity();
-    } finally {
-      activityLoading = false;
-      if (activityAgain) {
-        activityAgain = false;
-        refreshActivity();
-      }
-    }
-  }, Math.max(ACTIVITY_DELAY, spaced));
-}
-
-async function loadActivity() {
-  const url = body.dataset.activityUrl;
-  if (!url) return;
-  try {
-    const response = await fetch(url, { credentials: "same-origin" });
-    if (!response.ok) return;
-    const replacement = fragment(await response.text());
-    const current = document.querySelector("[data-session-activity]");
-    if (replacement && current) {
-      keepWhatThePersonWasDoing(current, replacement);
-      current.replaceWith(replacement);
-      const focusedId = current.dataset.focusedId;
-      if (focusedId) document.getElementById(focusedId)?.focus({ preventScroll: true });
-      tickTimes();
-    }
-  } catch (error) {
-    console.warn("onlooker: activity refresh failed", error);
-  }
 }
 
 // -- the socket -------------------------------------------------------------------------------

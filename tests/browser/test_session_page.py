@@ -1,6 +1,7 @@
 """The session page in a real browser (issue 12): cancelling asks first, times read in the
-viewer's own zone, card receipts fold into one line, a phone keeps the answer buttons and
-Send in reach, the sidebar is a drawer there, and the open session's row says it is open."""
+viewer's own zone, card receipts fold into one line, a refetched activity keeps the rows a
+reader is in, a phone keeps the answer buttons and Send in reach, the sidebar is a drawer
+there, and the open session's row says it is open."""
 
 from __future__ import annotations
 
@@ -172,6 +173,45 @@ def test_a_session_changing_fast_refetches_its_activity_at_most_once_a_second_th
     during = [at for at in fetched if started <= at <= ended]
     seconds = (ended - started) / 1000
     assert 1 <= len(during) <= seconds + 1, (len(during), round(seconds, 1))
+
+
+def say(server: LiveServer, registered, text: str, number: int) -> None:
+    body = {"messageId": f"said-{number}", "role": "ROLE_AGENT", "contextId": "ctx-1",
+            "parts": [{"text": text}]}  # fmt: skip
+    response = push_http(server, registered, {"message": body})
+    assert response.status_code == 200, (response.status_code, response.text)
+
+
+def test_a_refetch_keeps_the_rows_it_showed_and_the_readers_selection_in_them(
+    server, page, login, open_live, alice, ops
+):
+    registered = make_agent(team=ops)
+    session = send(server, registered, status("WORKING", at=1, text="Reading the logs"))
+    say(server, registered, "First finding: the disk is full", 1)
+    login(alice)
+    open_live(f"/sessions/{session.pk}/")
+    said = page.locator(".transcript > .message-agent")
+    expect(said).to_have_count(1)
+    # The reader selects the first finding to copy it; the row is marked to know it again.
+    page.evaluate(
+        """() => {
+            const row = document.querySelector(".transcript > .message-agent");
+            row.markedByTheTest = true;
+            getSelection().selectAllChildren(row.querySelector("[data-message-markdown] p"));
+        }"""
+    )
+
+    say(server, registered, "Second finding: logs rotate hourly", 2)
+    expect(said).to_have_count(2)
+    expect(said.nth(1)).to_contain_text("Second finding")
+    assert page.evaluate(
+        "() => document.querySelector('.transcript > .message-agent').markedByTheTest"
+    )
+    assert page.evaluate("() => getSelection().toString()") == "First finding: the disk is full"
+    # Its time still reads in the reader's zone, as a row put in by the refetch does.
+    times = page.locator(".transcript > .message-agent time")
+    expect(times.first).to_have_attribute("title", re.compile(r"20\d\d"))
+    expect(times.nth(1)).to_have_attribute("title", re.compile(r"20\d\d"))
 
 
 # -- a phone: answer buttons and Send in reach ----------------------------------------------------
