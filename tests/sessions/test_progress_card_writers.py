@@ -130,7 +130,7 @@ def test_a_status_note_is_one_receipt_line_not_a_copy_of_the_note(client, alice,
     data = client.get(f"/api/sessions/{Session.objects.get().pk}").json()
     assert [m["text"] for m in data["messages"]] == transcript()
     page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
-    listed = page[page.index('<ol class="transcript">') : page.index('class="composer-area"')]
+    listed = page[page.index('<ol class="transcript"') : page.index('class="composer-area"')]
     # Two receipts in a row: one grouped line that opens to each receipt's one line.
     assert listed.count('data-receipts="2"') == 1 and listed.count("data-receipt>") == 2
     assert "logs" not in listed

@@ -58,7 +58,7 @@ def transcript(client, session) -> str:
     assert response.status_code == 200
     page = response.content.decode()
     return page[
-        page.index('<ol class="transcript">') : page.index("</ol>", page.index("transcript"))
+        page.index('<ol class="transcript"') : page.index("</ol>", page.index("transcript"))
     ]
 
 

@@ -251,7 +251,7 @@ def test_a_receipt_reads_as_one_plain_line(client, alice, ops):
     send(client, make_agent(team=ops), status("WORKING", at=1, text=note))
     client.force_login(alice)
     page = client.get(f"/sessions/{Session.objects.get().pk}/").content.decode()
-    transcript = page[page.index('<ol class="transcript">') :]
+    transcript = page[page.index('<ol class="transcript"') :]
     transcript = transcript[: transcript.index("</ol>")]
     # The receipt, OpenClaw's line; the note itself is on the card, not copied here.
     assert ">Progress card updated (rev 1)</span></li>" in transcript
