@@ -33,9 +33,9 @@ from django.utils.safestring import SafeString
 
 from tasks.models import Message
 
-# Of keys and rows together, in this process: ~40 busy pages, ~20 MiB of English text. A row is bounded by what the
-# page shows of a message (its first 10,000 characters, its markdown rendered from as many,
-# its parts cut when stored), so no one message takes much of it.
+# Of keys and rows together, in this process: ~40 busy pages, ~20 MiB of English text. A
+# row is bounded by what the page shows of a message (its first 10,000 characters, its
+# markdown rendered from as many, its parts cut when stored), so no one message takes much.
 KEPT_CHARS = 16_000_000
 
 ROW_TEMPLATE = "tasks/_transcript_row.html"
