@@ -27,30 +27,51 @@ export function keepWhatThePersonWasDoing(current, replacement) {
 }
 
 // The markup each element put in by keepUnchanged came with: what the page shows of it may
-// have changed since (times.js writes times in the reader's zone), what the server sent not.
+// have changed since (times.js writes times in the reader's zone); what the server sent has not.
 const served = new WeakMap();
 
 // Puts `replacement`'s children into `current`, keeping each child whose markup is what the
 // server sent for it last time: a selection in it, the reader's place and the browser's
-// layout of it survive. A list marked `data-keep-rows` is kept row by row the same way. A
-// child that came with the page itself has no record yet, so the first refetch puts in
-// every child once.
+// layout of it survive. Children are found by their markup, not their place, so a row still
+// there is kept when rows before it went (a full page drops its oldest as new ones come). A
+// list marked `data-keep-rows` is kept row by row the same way. A child that came with the
+// page itself has no record yet, so the first refetch puts in every child once.
 export function keepUnchanged(current, replacement) {
+  const byMarkup = new Map();
+  for (const child of current.children) {
+    const markup = served.get(child);
+    if (markup !== undefined) byMarkup.set(markup, [...(byMarkup.get(markup) || []), child]);
+  }
+  // The earliest child still here with this markup: the ones before `old` were taken or gone.
+  const keptFor = (markup) => {
+    const found = byMarkup.get(markup) || [];
+    while (found.length && found[0].parentNode !== current) found.shift();
+    return found.shift();
+  };
   let old = current.firstChild;
   for (const node of [...replacement.childNodes]) {
-    const next = old ? old.nextSibling : null;
     const element = node.nodeType === Node.ELEMENT_NODE;
     const markup = element ? node.outerHTML : node.textContent;
-    const same = element ? served.get(old) === markup : old?.nodeType === node.nodeType && old.textContent === markup;
-    if (same) {
-      old = next;
+    const kept = element && keptFor(markup);
+    if (kept) {
+      while (old && old !== kept) {
+        const gone = old;
+        old = old.nextSibling;
+        gone.remove();
+      }
+      old = kept.nextSibling;
+      continue;
+    }
+    if (!element && old && old.nodeType === node.nodeType && old.textContent === markup) {
+      old = old.nextSibling;
       continue;
     }
     if (element && old?.nodeType === Node.ELEMENT_NODE && old.matches("[data-keep-rows]") && node.matches("[data-keep-rows]")) {
       keepUnchanged(old, node);
-      old = next;
+      old = old.nextSibling;
       continue;
     }
+    const next = old ? old.nextSibling : null;
     if (old) old.replaceWith(node);
     else current.append(node);
     if (element) served.set(node, markup);

@@ -214,6 +214,40 @@ def test_a_refetch_keeps_the_rows_it_showed_and_the_readers_selection_in_them(
     expect(times.nth(1)).to_have_attribute("title", re.compile(r"20\d\d"))
 
 
+def test_a_full_page_keeps_the_rows_it_showed_when_its_oldest_one_goes(
+    server, page, login, open_live, alice, ops
+):
+    # Messages of 10,000 characters fill the page's budget with nine: each new one takes the
+    # oldest off the page, and every row moves up one.
+    registered = make_agent(team=ops)
+    session = send(server, registered, status("WORKING", at=1))
+    filler = " and the next shard" * 600
+    for number in range(1, 12):
+        say(server, registered, f"Finding {number}:{filler}"[:10_000], number)
+    login(alice)
+    open_live(f"/sessions/{session.pk}/")
+    said = page.locator(".transcript > .message-agent")
+    expect(said).to_have_count(9)
+    expect(said.first).to_contain_text("Finding 3:")
+    page.evaluate(
+        """() => {
+            const rows = document.querySelectorAll(".transcript > .message-agent");
+            const newest = rows[rows.length - 1];
+            newest.markedByTheTest = true;
+            getSelection().selectAllChildren(newest.querySelector("[data-message-markdown] p"));
+        }"""
+    )
+    chosen = page.evaluate("() => getSelection().toString()")
+    assert chosen.startswith("Finding 11:")
+
+    say(server, registered, f"Finding 12:{filler}"[:10_000], 12)
+    expect(said.last).to_contain_text("Finding 12:")
+    expect(said.first).to_contain_text("Finding 4:")
+    rows = "[...document.querySelectorAll('.transcript > .message-agent')]"
+    assert page.evaluate(f"() => {rows}.at(-2).markedByTheTest")
+    assert page.evaluate("() => getSelection().toString()") == chosen
+
+
 # -- a phone: answer buttons and Send in reach ----------------------------------------------------
 
 
