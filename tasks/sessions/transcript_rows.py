@@ -1,7 +1,7 @@
 """The transcript's rows as the session page shows them, each rendered once per process.
 
 A live session page refetches its activity whenever its session changes: once a second
-while an agent streams (static/js/live.js), for every person who has the page open. The
+while an agent streams (static/js/activity.js), for every person who has the page open. The
 transcript is most of that activity, up to 500 rows, and rendering them through the
 template every time cost ~100 ms of CPU per refetch (`python -m tests.benchmarks
 activity`), so ten people watching a busy session took a core. A row depends only on what
@@ -82,8 +82,8 @@ def rows(messages: QuerySet, *, cut_at: int) -> list[Row]:
     _keep(made)
     shown.update(made)
     return [
-        Row(pk=key[2], at=key[5], role=key[4], card_update=key[6], markup=shown[key])
-        for key in keys
+        Row(pk=pk, at=at, role=role, card_update=card_update, markup=shown[key])
+        for key, (pk, _session_id, role, at, card_update, *_shown) in zip(keys, loaded, strict=True)
     ]
 
 

@@ -50,6 +50,13 @@ def activity(client, session: Session) -> str:
     return response.content.decode()
 
 
+def one_said(client, user, team, word: str) -> tuple[Session, Message]:
+    """A session whose agent said one thing, and that message; `user` is signed in."""
+    say(client, make_agent(team=team), unique(word))
+    client.force_login(user)
+    return Session.objects.get(), Message.objects.get()
+
+
 def unique(text: str) -> str:
     # Rows are kept for the whole process: a word no other test wrote keeps this one's own.
     return f"{text} {uuid.uuid4().hex}"
@@ -80,11 +87,7 @@ def test_a_refetch_renders_only_the_rows_it_has_not_shown_before(client, alice, 
 
 
 def test_a_message_whose_time_moved_shows_its_new_time(client, alice, ops):
-    agent = make_agent(team=ops)
-    say(client, agent, unique("moved"))
-    session = Session.objects.get()
-    message = Message.objects.get()
-    client.force_login(alice)
+    session, message = one_said(client, alice, ops, "moved")
     shown = f'<time datetime="{message.at.isoformat()}" data-seconds>'
     assert shown in activity(client, session)
 
@@ -101,11 +104,7 @@ def test_a_message_whose_time_moved_shows_its_new_time(client, alice, ops):
 def test_a_message_alike_in_all_but_its_text_shows_its_own(client, alice, ops):
     # A database rolled back under a running process (as between tests) can give the same
     # id, time and session to a message that says something else.
-    agent = make_agent(team=ops)
-    say(client, agent, unique("alpha"))
-    session = Session.objects.get()
-    first = Message.objects.get()
-    client.force_login(alice)
+    session, first = one_said(client, alice, ops, "alpha")
     assert first.text in activity(client, session)
 
     second = unique("omega")
