@@ -192,16 +192,21 @@ def _apply(
     that delivery's alone, kept and retried, and a session another process holds defers
     only its deliveries. Savepoints are not free (two statements, two round trips on
     PostgreSQL, per delivery), and deliveries seldom fail: the batch is tried whole first."""
-    locked = apply.Locked(nowait=nowait)
+    # Whole, the batch's task UPDATEs and transcript INSERTs are gathered (state.Locked).
+    locked = apply.Locked(nowait=nowait, gather=not alone)
     locked.preload(claimed)
     results = _apply_in_order(claimed, batch, now, locked, until=until, alone=alone)
     if not alone:
+        locked.write_tasks()  # each once, before deriving reads them
         deliveries.record_outcomes(results.done)
         # The batch's telemetry, one statement for all of it (none when it had none).
         usage.record(a.grown for applied in results.by_session.values() for a in applied)
     touched = _derive(results, alone=alone)
     if not alone:
-        locked.timeline.write()  # the whole batch's entries, in one INSERT
+        # Deriving kept the notes the batch superseded, and the receipts: all of its
+        # messages in one INSERT, and the whole batch's timeline entries in another.
+        locked.write_said()
+        locked.timeline.write()
     return touched
 
 

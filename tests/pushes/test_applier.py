@@ -301,6 +301,111 @@ def test_a_batch_of_many_sessions_derives_each_as_its_pushes_applied_one_by_one_
     assert derived(batched.agent)["c"][0] == "TASK_STATE_COMPLETED"
 
 
+def snapshot_saying(said: dict, *, task: str, context: str, state: str = "SUBMITTED") -> dict:
+    """A task snapshot whose history carries one message without a time (a user's)."""
+    return {
+        "task": {
+            "id": task,
+            "contextId": context,
+            "status": {"state": f"TASK_STATE_{state}"},
+            "history": [said],
+        }
+    }
+
+
+def pushes_with_a_transcript() -> list[dict]:
+    """Notes a later one supersedes, a plan without a note (a receipt alone), a user's
+    message its snapshot repeats, one received after the first dated status it precedes
+    (which moves it before that status), and one received after the task's dated reply
+    (kept before it)."""
+    user = {"messageId": "u-1", "role": "ROLE_USER", "parts": [{"text": "Tidy the builds"}]}
+    late = {"messageId": "u-2", "role": "ROLE_USER", "parts": [{"text": "and the caches"}]}
+    after = {"messageId": "u-3", "role": "ROLE_USER", "parts": [{"text": "Thanks"}]}
+    steps = progress(("Read", "completed"), ("Write", "in_progress"))
+    return [
+        snapshot_saying(user, task="a-1", context="a"),
+        status("WORKING", task="a-1", context="a", at=1, text="Looking at **builds**"),
+        snapshot_saying(user, task="a-1", context="a", state="WORKING"),
+        status("WORKING", task="a-1", context="a", at=2, text="Found 3"),
+        status("WORKING", task="a-1", context="a", at=3, metadata=steps),
+        status("WORKING", task="a-1", context="a", at=4, text="Deleting"),
+        snapshot_saying(late, task="b-1", context="b"),
+        status("WORKING", task="b-1", context="b", at=1, text="On it"),
+        status("WORKING", task="b-1", context="b", at=2, text="Still on it"),
+        status("WORKING", task="c-1", context="c", at=3),
+        status("COMPLETED", task="c-1", context="c", at=5, text="Done"),
+        snapshot_saying(after, task="c-1", context="c", state="COMPLETED"),
+    ]
+
+
+def transcript(agent) -> dict:
+    return {
+        session.context_id: [
+            (m.role == "ROLE_USER", m.text, m.at.second, m.estimated_time, m.card_update)
+            for m in session.messages.order_by("at", "id")
+        ]
+        for session in Session.objects.filter(agent=agent)
+    }
+
+
+def test_a_batch_keeps_its_transcript_in_order_once_each(kept_only):
+    registered = make_agent()
+    with time_machine.travel(T0 + timedelta(days=1), tick=False):  # after every dated status
+        for body in pushes_with_a_transcript():
+            push(Client(), registered, body)
+
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (12, 3)
+    # The users' messages once each and before the first dated status, though received
+    # after it; the notes a later one superseded kept as said; the last note on the card
+    # and in the transcript as its receipt.
+    assert transcript(registered.agent) == {
+        "a": [
+            (True, "Tidy the builds", 0, True, False),
+            (False, "Looking at **builds**", 1, False, False),
+            (False, "Found 3", 2, False, False),
+            (False, "Progress card updated (rev 1, 1/2 done)", 4, False, True),
+        ],
+        "b": [
+            (True, "and the caches", 0, True, False),
+            (False, "On it", 1, False, False),
+            (False, "Progress card updated (rev 1)", 2, False, True),
+        ],
+        "c": [
+            (True, "Thanks", 4, True, False),
+            (False, "Done", 5, False, False),
+            (False, "Progress card updated (rev 1)", 5, False, True),
+        ],
+    }
+    said = Message.objects.get(text="Looking at **builds**")
+    assert said.html == "<p>Looking at <strong>builds</strong></p>"
+
+
+def test_a_batch_writes_each_task_once_and_its_transcript_in_one_statement(kept_only):
+    registered = make_agent()
+    contexts = ["ctx-1", "ctx-2", "ctx-3"]
+    for context in contexts:
+        push(Client(), registered, status("SUBMITTED", task=f"t-{context}", context=context))
+    applier.drain()
+    for second in range(1, 4):
+        for context in contexts:
+            body = status("WORKING", task=f"t-{context}", context=context, at=second, text="x")
+            push(Client(), registered, body)
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert (batch.applied, len(batch.sessions)) == (9, 3)
+    statements = [q["sql"] for q in queries]
+    assert len([sql for sql in statements if sql.startswith('UPDATE "tasks_task"')]) == 3
+    inserts = [sql for sql in statements if 'INTO "tasks_message"' in sql]
+    assert len(inserts) == 1, inserts
+    # Two notes each a later one superseded, and the receipt of the one on the card.
+    assert Message.objects.count() == 9
+    assert set(Task.objects.values_list("state", flat=True)) == {"TASK_STATE_WORKING"}
+
+
 def test_on_postgresql_a_batch_stores_its_fragments_in_its_own_transaction(kept_only):
     if connection.vendor != "postgresql":
         pytest.skip("SQLite renders after commit: a batch holds the one write lock")

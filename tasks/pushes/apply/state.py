@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tasks.models import Agent, Delivery, ProgressCard, Session, Task
+from tasks.models import Agent, Delivery, Message, ProgressCard, Session, Task
+from tasks.runtime import prepared
 from tasks.runtime.prepared import Prepared
 from tasks.sessions import changes, progress_card, timeline, usage
 from tasks.wire import protocol as p
@@ -15,10 +16,20 @@ from tasks.wire import protocol as p
 
 class Locked:
     """What one batch has locked and loaded: each session row once, each task once. Shared by
-    the deliveries of one batch, in its transaction (the row locks last until it ends)."""
+    the deliveries of one batch, in its transaction (the row locks last until it ends).
 
-    def __init__(self, *, nowait: bool = False) -> None:
+    `gather`: the tasks' UPDATEs and the transcript's INSERTs wait for `write_tasks` and
+    `write_said`, as the timeline's entries do: a task the batch applied three statuses to
+    is written once, and the batch's messages go in one INSERT. Each statement is a round
+    trip to PostgreSQL, and one per delivery was a third of a busy batch's (applier.py
+    says when each is written). Without it (a delivery applied alone, in its savepoint, or
+    fetched.py's), each is written at once."""
+
+    def __init__(self, *, nowait: bool = False, gather: bool = False) -> None:
         self.nowait = nowait
+        self.gather = gather
+        self._changed_tasks: dict[int, Task] = {}
+        self._said: list[Message] = []
         self.sessions: dict[int, Session] = {}
         self.tasks: dict[tuple[int, str], Task] = {}
         self._held: set[tuple[int, str]] = set()
@@ -97,7 +108,40 @@ class Locked:
         self.tasks.clear()
         self.cards.clear()
         self.timeline.drop()
+        self._changed_tasks.clear()
+        self._said.clear()
         self.forgot = True
+
+    def save_task(self, task: Task) -> None:
+        """`task` changed: its row is updated now, or with the batch's (`gather`)."""
+        if self.gather:
+            self._changed_tasks[task.pk] = task
+        else:
+            prepared.update(task)
+
+    def write_tasks(self) -> None:
+        """The changed tasks' UPDATEs, one per task however many statuses it had: before
+        anything reads them from the database (deriving the sessions does)."""
+        for task in self._changed_tasks.values():
+            prepared.update(task)
+        self._changed_tasks.clear()
+
+    def keep_said(self, message: Message) -> None:
+        """A transcript message to insert (skipped if its id is in the transcript already):
+        now, or with the batch's (`gather`)."""
+        if self.gather:
+            self._said.append(message)
+        else:
+            prepared.insert(message, ignore_conflicts=True)
+
+    def write_said(self) -> None:
+        """The messages kept so far, in one INSERT, in the order they were kept (their ids
+        break ties of time in the transcript): before anything reads or moves them."""
+        said, self._said = self._said, []
+        if len(said) == 1:  # a lone push's: its INSERT made once
+            prepared.insert(said[0], ignore_conflicts=True)
+        elif said:
+            Message.objects.bulk_create(said, ignore_conflicts=True)
 
     def session(self, session_id: int) -> Session:
         session = self.sessions.get(session_id)

@@ -15,7 +15,6 @@ from datetime import datetime
 from tasks.models import INTERRUPTED_STATES, TERMINAL_STATES, Delivery, Task
 from tasks.pushes.apply import checks, interactions, transcript
 from tasks.pushes.apply.state import Applied
-from tasks.runtime import prepared
 from tasks.wire import profile
 from tasks.wire import protocol as p
 
@@ -67,7 +66,7 @@ def apply(applied: Applied, task: Task, status: p.Status, event_metadata: dict) 
         interactions.opened(applied, task, status, metadatas, at, current=current)
     if current:
         _current(applied, task, status, metadatas, at)
-    prepared.update(task)  # task.save(), its UPDATE made once
+    applied.locked.save_task(task)
     return _OUTCOMES[placement]
 
 
@@ -82,7 +81,7 @@ def _message(applied: Applied, task: Task, status: p.Status, at: datetime) -> No
     if status.timestamp is not None and task.status_timestamp is None:
         # The task's first dated status: messages dated only by their receipt (the
         # user's, in a snapshot that raced the agent's first update) came before it.
-        transcript.before_first_dated(task, at)
+        transcript.before_first_dated(applied, task, at)
 
 
 def _current(

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 
 from tasks.models import Delivery, Message, ProgressCard, Session, Task
 from tasks.pushes.apply.state import Applied
-from tasks.runtime import prepared
 from tasks.sessions import artifact_markdown, changes, progress_card
 from tasks.wire import message_parts
 from tasks.wire import protocol as p
@@ -21,7 +20,13 @@ def card_receipt(
     """The transcript's line for a card write, OpenClaw's receipt ("Progress card updated
     (rev 4, 1/3 done)"): for card-API writes, and for plan changes that came without a
     note. Call it under the session's row lock, in the write's transaction."""
-    Message.objects.create(
+    _receipt_line(session, card, at=at, task=task).save()
+
+
+def _receipt_line(
+    session: Session, card: ProgressCard | None, *, at: datetime, task: Task | None
+) -> Message:
+    return Message(
         session=session,
         task=task,
         role=Message.Role.AGENT,
@@ -50,11 +55,12 @@ def keep(
     if estimated and task is not None and task.status_timestamp is not None:
         # Dated only by receipt, after the task's dated statuses began: keep it before
         # the first of them rather than after the agent's answers.
+        applied.locked.write_said()  # the batch's, so the first is found among them too
         first = task.message_set.filter(estimated_time=False).order_by("at").first()
         if first is not None and first.at <= at:
             at = first.at - timedelta(microseconds=1)
     # A message already in the transcript (a snapshot repeating history) is skipped.
-    prepared.insert(
+    applied.locked.keep_said(
         Message(
             session=session,
             task=task,
@@ -71,8 +77,7 @@ def keep(
             card_update=card_update,
             parts=parts,
             files=files,
-        ),
-        ignore_conflicts=True,
+        )
     )
     if not session.title and message.role == Message.Role.USER and text.strip():
         changes.name(session, text)
@@ -86,9 +91,10 @@ def history(
         keep(applied, task, message, at, estimated=timestamp is None)
 
 
-def before_first_dated(task: Task, at: datetime) -> None:
+def before_first_dated(applied: Applied, task: Task, at: datetime) -> None:
     """The task's first dated status, at `at`: messages dated only by their receipt (the
     user's, in a snapshot that raced the agent's first update) came before it."""
+    applied.locked.write_said()  # the batch's are among them
     Message.objects.filter(task=task, estimated_time=True, at__gt=at).update(
         at=at - timedelta(microseconds=1)
     )
@@ -141,4 +147,4 @@ def receipt(applied: Applied, written: progress_card.Written) -> None:
         keep(applied, task, message, at, estimated=estimated, card_update=wrote)
     elif wrote and applied.status_at is not None:
         task, at = applied.status_at
-        card_receipt(applied.session, card, at=at, task=task)
+        applied.locked.keep_said(_receipt_line(applied.session, card, at=at, task=task))
