@@ -25,6 +25,10 @@ one logged-in team member whose session cookie every socket and the browser pres
    in-memory, or Redis when REDIS_URL is set. Past the server's capacity a backlog builds
    up and latencies grow with the run's length; the report says what share of the messages
    the pushes called for arrived at all.
+   Where the time goes: each push's answer names its delivery, and once the run is over
+   the database says when the applier applied it (`Delivery.applied_at`, set as its batch
+   applied its last push, before deriving, rendering, committing and hinting), so the
+   report shows push → applied beside push → socket, and how many batches applied them.
    Meanwhile one real browser (Debian's chromium through playwright, unless
    `--skip-browser`) shows the first session's page; a MutationObserver records `Date.now()`
    the first time the visible `[data-live-card]` shows each push's note, against the
@@ -216,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
                 f"latency-{rate:g}", args.app, env, space.directory, processes=args.processes
             ) as server:
                 result = asyncio.run(latency_benchmark(args, server, setup, rate))
+                _when_applied(result, quiet_env)
                 report.latency.append((rate, result))
                 _check_alive(server)
         if not args.skip_fanout:
@@ -272,6 +277,16 @@ def _child(env: dict[str, str], command: str, params: dict) -> dict:
     process never sets Django up: it only plays clients)."""
     out = _run_checked([sys.executable, "-c", CHILD, command, json.dumps(params)], env)
     return json.loads(out.splitlines()[-1])
+
+
+def _when_applied(result: LatencyResult, env: dict[str, str]) -> None:
+    """When the applier applied each counted push, from the database (its clock is this
+    machine's, as the pushes' `sent_ms` are)."""
+    counted = [r for r in result.records if r.counted and r.delivery and not r.error]
+    applied = _child(env, "applied", {"ids": [r.delivery for r in counted]})
+    at = {int(pk): ms for pk, ms in applied.items()}
+    result.applied_ms = [at[r.delivery] - r.sent_ms for r in counted if r.delivery in at]
+    result.batches = len({at[r.delivery] for r in counted if r.delivery in at})
 
 
 def _check_alive(*servers: Server) -> None:
@@ -363,6 +378,7 @@ class Pusher:
             record.error = f"{response.status_code} {response.text[:200]}"
             return record
         record.outcome = outcome
+        record.delivery = int(response.json().get("delivery") or 0)
         session.mark = record.mark = serial
         return record
 
@@ -375,6 +391,7 @@ class PushRecord:
     mark: int = 0  # the serial its note shows; 0 when it was refused
     outcome: str = ""  # "applied" (in the request) or "accepted" (kept, applied after)
     answered: float = 0.0  # perf_counter when the response arrived
+    delivery: int = 0  # the id its answer named
     error: str = ""
     counted: bool = True
 
@@ -544,6 +561,8 @@ class LatencyResult:
     socket_lost: int = 0
     socket_later: int = 0  # deliveries made by a later push's note (coalesced, one batch)
     answer_ms: list[float] = field(default_factory=list)  # POST → its 200
+    applied_ms: list[float] = field(default_factory=list)  # POST → its batch applied it
+    batches: int = 0  # how many batches applied the counted pushes
     client_cpu: float = 0.0
     server_cpu: float | None = None  # share of one core, over the pushing time
     # The daphne process alone (not its applier): µs of CPU per socket message it sent while
@@ -875,7 +894,9 @@ def child_main(command: str, params: str) -> int:
     import django
 
     django.setup()
-    handler = {"setup": _child_setup, "overview": _child_overview}[command]
+    handler = {"setup": _child_setup, "overview": _child_overview, "applied": _child_applied}[
+        command
+    ]
     print(json.dumps(handler(**json.loads(params))))
     return 0
 
@@ -907,6 +928,15 @@ def _child_setup() -> dict:
         "secret": secret,
         "cookie": client.cookies["sessionid"].value,
     }
+
+
+def _child_applied(ids: list[int]) -> dict:
+    """Each delivery's applied_at, in ms since the epoch, by id (those not applied left out).
+    A batch gives its pushes one applied_at, so distinct values count batches."""
+    from tasks.models import Delivery
+
+    rows = Delivery.objects.filter(pk__in=ids, applied_at__isnull=False)
+    return {pk: at.timestamp() * 1000 for pk, at in rows.values_list("pk", "applied_at")}
 
 
 def overview_session_body(number: int) -> dict:
@@ -1065,6 +1095,7 @@ class Report:
             )
         ]
         rows.append(_row("  push POST → its 200 response", lat.answer_ms, 0, "", ""))
+        rows.append(_row("  push POST → its batch applied it", lat.applied_ms, 0, "", ""))
         notes.append(
             f"latency @ {rate:g}/s: {lat.pushes} pushes counted ({lat.achieved_rate:.1f}/s "
             f"achieved; answered {dict(lat.outcomes)}), "
@@ -1074,7 +1105,9 @@ class Report:
             f"{lat.messages_due} the pushes called for (every push goes to every socket "
             "once, its own session's pages included; the rest were coalesced or dropped); "
             f"{lat.socket_later} deliveries "
-            "came through a later push's note (coalesced, or applied in one batch); CPU while "
+            "came through a later push's note (coalesced, or applied in one batch); the "
+            f"applier applied them in {lat.batches} batches "
+            f"({len(lat.applied_ms) / max(lat.batches, 1):.1f} pushes each); CPU while "
             "pushing: daphne "
             f"{_share(lat.server_cpu)}, clients {_share(lat.client_cpu)} of one core; daphne "
             f"alone {_micro(lat.daphne_us_per_message)} of CPU per socket message (taking the "
