@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from tasks.models import Artifact, Delivery, Message, Session, SessionFragments, Task
 from tasks.pushes import applier, spool
+from tasks.pushes.apply.state import SAID_ROWS
 from tasks.sessions import changes, fragments
 from tests.builders import approval, artifact, progress, status
 from tests.conftest import make_agent, push
@@ -404,6 +405,28 @@ def test_a_batch_writes_each_task_once_and_its_transcript_in_one_statement(kept_
     # Two notes each a later one superseded, and the receipt of the one on the card.
     assert Message.objects.count() == 9
     assert set(Task.objects.values_list("state", flat=True)) == {"TASK_STATE_WORKING"}
+
+
+def test_a_long_history_is_kept_whole_in_statements_of_bounded_size(kept_only):
+    registered = make_agent()
+    said = [
+        {"messageId": f"m-{n}", "role": "ROLE_AGENT", "parts": [{"text": f"line {n}"}]}
+        for n in range(2 * SAID_ROWS + 1)
+    ]
+    body = snapshot_saying(said[0], task="t-1", context="ctx-1", state="WORKING")
+    body["task"]["history"] = said
+    push(Client(), registered, body)
+    push(Client(), registered, status("WORKING", task="t-1", context="ctx-1", text="next"))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = applier.apply_batch(seconds=60.0)
+
+    assert batch.applied == 2
+    # SAID_ROWS rows at most to a statement (fewer on SQLite, which bounds its parameters).
+    inserts = [q["sql"] for q in queries if 'INTO "tasks_message"' in q["sql"]]
+    assert len(inserts) >= 3, [sql[:60] for sql in inserts]
+    kept = list(Message.objects.order_by("at", "id").values_list("text", flat=True))
+    assert kept[:-1] == [f"line {n}" for n in range(2 * SAID_ROWS + 1)]
 
 
 def test_on_postgresql_a_batch_stores_its_fragments_in_its_own_transaction(kept_only):

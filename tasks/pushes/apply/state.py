@@ -13,6 +13,8 @@ from tasks.runtime.prepared import Prepared
 from tasks.sessions import changes, progress_card, timeline, usage
 from tasks.wire import protocol as p
 
+SAID_ROWS = 500  # transcript messages inserted in one statement (`Locked.write_said`)
+
 
 class Locked:
     """What one batch has locked and loaded: each session row once, each task once. Shared by
@@ -141,7 +143,8 @@ class Locked:
         if len(said) == 1:  # a lone push's: its INSERT made once
             prepared.insert(said[0], ignore_conflicts=True)
         elif said:
-            Message.objects.bulk_create(said, ignore_conflicts=True)
+            # A statement of at most SAID_ROWS rows: a snapshot may repeat a long history.
+            Message.objects.bulk_create(said, ignore_conflicts=True, batch_size=SAID_ROWS)
 
     def session(self, session_id: int) -> Session:
         session = self.sessions.get(session_id)
