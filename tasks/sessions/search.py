@@ -3,7 +3,7 @@ agents said before (earlier notes and plans, artifact names) and transcript, in 
 database's own full-text index.
 
 Two kinds of document are indexed (migration 0016 makes the indexes and keeps them, 0027
-adds `said` to them):
+adds `said` to them, and 0028 keeps the vector of `said` on PostgreSQL: search_writes.py):
 - a session's own text, one `SessionText` row per session (title, agent name, plan step
   titles, note, and `said`: the notes and plans the card showed before, newest first, and
   the session's artifact names), written by `keep` from the one "session changed" step
@@ -49,7 +49,7 @@ from django.db.models.expressions import RawSQL
 from tasks.models import Agent, ProgressCard, Session
 from tasks.sessions import artifact_markdown
 from tasks.sessions.progress_card import strip_invisible
-from tasks.sessions.search_writes import ALSO, UPSERT
+from tasks.sessions.search_writes import ALSO, SAID_ROOM, UPSERT
 
 MAX_WORDS = 10
 MAX_WORD_CHARS = 64
@@ -462,7 +462,7 @@ def _snippets(db, query: Query, rows: list[tuple[int, int | None]]) -> dict[int,
         elif session_id in own:
             row = own[session_id]
             for field in ("title", "agent", "plan", "note", "said"):
-                text = row[field][:INDEXED_CHARS]
+                text = row[field][: SAID_ROOM if field == "said" else INDEXED_CHARS]
                 found = snippet(field, text, query, markdown=field in _MARKDOWN_FIELDS)
                 if found is not None:
                     break
