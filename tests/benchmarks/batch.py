@@ -5,19 +5,24 @@ PostgreSQL's process wakes to answer, on the same cores. A lone push's batch is 
 waits for on its way to the browser; a thin batch (one delivery in each of several sessions)
 is what the applier does most of the time at tens of pushes a second.
 
-For each size N: N tasks get one push each through the real view (Django's test client,
-`ONLOOKER_APPLIER=external`, so the request only keeps it), then one `applier.apply_batch()`
-applies them in this process, timed. The first round (creating the sessions) is not counted;
-every later round is one push to each of the same N tasks. Browsers' hints are handed to
-nothing (the applier process writes each as a line to its server; no server here), so the
-figures are the batch's own. Statements are counted by Django (BEGIN, COMMIT and savepoints
-included), in a round before the timed ones.
+For each size N: N tasks get `--pushes` pushes each (one by default) through the real view
+(Django's test client, `ONLOOKER_APPLIER=external`, so the request only keeps it), then one
+`applier.apply_batch()` applies them in this process, timed. The first round (creating the
+sessions) is not counted; every later round is as many pushes to each of the same N tasks.
+Several pushes to a session in one batch are what the applier holds under load: each but
+the last is a note the batch supersedes, kept in the transcript as said. `--said C` first
+fills what each session's agent said before (the search text of the notes its card
+replaced) to C characters, as a session an agent has streamed to for a while has it.
+Browsers' hints are handed to nothing (the applier process writes each as a line to its
+server; no server here), so the figures are the batch's own. Statements are counted by
+Django (BEGIN, COMMIT and savepoints included), in a round before the timed ones.
 
 The database: SQLite in a temporary directory, or a fresh PostgreSQL database
 `onlooker_bench_batch` (dropped at the end) when DATABASE_URL is set.
 
     python -m tests.benchmarks batch                     # 1, 6 and 50 sessions, 40 rounds
     python -m tests.benchmarks batch --sessions 1 --rounds 200
+    python -m tests.benchmarks batch --sessions 10 --pushes 3 --said 20000   # streaming
 """
 
 from __future__ import annotations
@@ -46,11 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sessions", type=int, nargs="+", default=[1, 6, 50], help="sessions per batch"
     )
     parser.add_argument("--rounds", type=int, default=40, help="batches timed per size")
+    parser.add_argument("--pushes", type=int, default=1, help="pushes per session per batch")
+    parser.add_argument(
+        "--said", type=int, default=0, help="characters said before, filled in first (per session)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1 or min(args.sessions) < 1:
-        raise SystemExit("--rounds ≥ 1 and --sessions ≥ 1, please")
+    if args.rounds < 1 or min(args.sessions) < 1 or args.pushes < 1 or args.said < 0:
+        raise SystemExit("--rounds, --sessions and --pushes ≥ 1, --said ≥ 0, please")
     url = os.environ.get("DATABASE_URL", "").strip()
     with workspace.Workspace(url, database=BENCH_DATABASE) as place:
         env = place.onlooker_env()
@@ -69,13 +78,18 @@ def run(args: argparse.Namespace) -> int:
             text=True,
         )
         agent = json.loads(registered.stdout.splitlines()[-1])
-        print(f"batch: {place.description}; {os.cpu_count()} CPUs; {args.rounds} rounds per size")
-        rows = _measure(env, agent, args.sessions, args.rounds)
+        print(
+            f"batch: {place.description}; {os.cpu_count()} CPUs; {args.rounds} rounds per size; "
+            f"{args.pushes} push(es) per session per batch; {args.said} characters said before"
+        )
+        rows = _measure(env, agent, args.sessions, args.rounds, args.pushes, args.said)
     _print(rows)
     return 0
 
 
-def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) -> list[tuple]:
+def _measure(
+    env: dict[str, str], agent: dict, sizes: list[int], rounds: int, pushes: int, said: int
+) -> list[tuple]:
     os.environ.update(env)
     os.environ["ONLOOKER_APPLIER"] = "external"
     import django
@@ -86,7 +100,9 @@ def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) ->
     from django.test.utils import CaptureQueriesContext
 
     from tasks.live import broadcast
+    from tasks.models import SessionText
     from tasks.pushes import applier
+    from tasks.sessions import search
 
     broadcast.relay_to(lambda *said: None)
     client = Client(HTTP_HOST="127.0.0.1")
@@ -98,7 +114,7 @@ def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) ->
         run_name = f"batch{size}"
 
         def push_each(size: int = size, numbers=numbers, run_name: str = run_name) -> None:
-            for _ in range(size):
+            for _ in range(size * pushes):
                 body, headers = ingest.signed_push(
                     webhook, run_name, next(numbers), base, tasks=size
                 )
@@ -112,6 +128,13 @@ def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) ->
         push_each()
         while applier.apply_batch().claimed:  # the sessions and tasks are created
             pass
+        # What each agent said before, as lines of an artifact's name (search.also_said):
+        # the text a note the card replaces is added to.
+        lines = [f"Report {n:05d} of the nightly build run" for n in range(said // 38)]
+        mine = SessionText.objects.filter(session__context_id__startswith=f"{run_name}-")
+        for session_id in mine.values_list("session_id", flat=True):
+            for line in lines:  # 37 characters and a newline each
+                search.also_said(session_id, line)
         # The statements are counted in a round of their own: Django's capture wraps every
         # statement in its debug cursor, which the timed rounds must not pay for.
         push_each()
@@ -125,7 +148,7 @@ def _measure(env: dict[str, str], agent: dict, sizes: list[int], rounds: int) ->
             wall, cpu = time.perf_counter(), time.process_time()
             batch = applier.apply_batch()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            if (batch.applied, len(batch.sessions)) != (size, size):
+            if (batch.applied, len(batch.sessions)) != (size * pushes, size):
                 raise SystemExit(f"a batch applied {batch.applied} in {len(batch.sessions)}")
             walls.append(wall)
             cpus.append(cpu)
