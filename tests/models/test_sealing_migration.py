@@ -7,7 +7,8 @@ import pytest
 from cryptography.fernet import Fernet
 from django.conf import settings
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.migrating import migrate_to, migrate_to_latest, old_agent
 
 # In the long checks (-m slow; .ci/run runs them on both databases): it migrates the schema
 # back and forth, and the default run must stay inside its time budget.
@@ -18,14 +19,6 @@ SEALING = ("tasks", "0025_each_person_answers_as_themselves")
 CREDENTIAL = "Bearer cleartext-credential-from-0024"
 SIGNING = "whsec_Y2xlYXJ0ZXh0LXNpZ25pbmctc2VjcmV0LWZyb20tMDAyNA=="
 TARGET = "https://hooks.slack.test/services/T0/B0/cleartext-path-from-0024"
-
-
-def migrate_to(target: tuple[str, str]):
-    """Migrate the test database to `target`; the models as they were there."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target])
-    return executor.loader.project_state([target]).apps
 
 
 def as_stored(table: str, column: str) -> str:
@@ -50,14 +43,7 @@ def test_migrating_seals_cleartext_credentials_and_migrating_back_opens_them():
     try:
         old = migrate_to(BEFORE)
         team = old.get_model("auth", "Group").objects.create(name="ops")
-        old.get_model("tasks", "Agent").objects.create(
-            name="Kept in the clear",
-            card_url="http://agent.test/.well-known/agent-card.json",
-            rpc_url="http://agent.test/a2a/jsonrpc",
-            protocol_version="1.0",
-            credential=CREDENTIAL,
-            signing_secret=SIGNING,
-        )
+        old_agent(old, "Kept in the clear", credential=CREDENTIAL, signing_secret=SIGNING)
         old.get_model("tasks", "NotificationChannel").objects.create(
             team=team, kind="slack", target=TARGET
         )
@@ -84,6 +70,4 @@ def test_migrating_seals_cleartext_credentials_and_migrating_back_opens_them():
         assert as_stored("tasks_agent", "signing_secret") == SIGNING
         assert as_stored("tasks_notificationchannel", "target") == TARGET
     finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest()

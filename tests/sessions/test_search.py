@@ -11,6 +11,7 @@ from tasks.models import Session
 from tasks.sessions import search
 from tests.builders import progress, status, ts
 from tests.conftest import NOW, make_agent, push
+from tests.migrating import old_agent, schema_at
 
 
 def send(client, agent, body):
@@ -332,20 +333,8 @@ def test_a_word_in_more_messages_than_it_reads_is_ranked_among_the_newest(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow  # migrates the schema back and forth: .ci/run runs it on both databases
 def test_migrating_fills_the_index_from_what_is_stored(client):
-    from django.db.migrations.executor import MigrationExecutor
-
-    before = [("tasks", "0015_notification_channels")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    try:
-        # The models as they were then: later migrations add columns today's models have.
-        old = executor.loader.project_state(before).apps
-        agent = old.get_model("tasks", "Agent").objects.create(
-            name="Backfiller",
-            card_url="http://agent.test/.well-known/agent-card.json",
-            rpc_url="http://agent.test/a2a/jsonrpc",
-            protocol_version="1.0",
-        )
+    with schema_at(("tasks", "0015_notification_channels")) as old:
+        agent = old_agent(old, "Backfiller")
         session = old.get_model("tasks", "Session").objects.create(
             agent=agent, context_id="old", title="Archived cleanup", updated_at=NOW
         )
@@ -356,10 +345,6 @@ def test_migrating_fills_the_index_from_what_is_stored(client):
                 "(%s, '', 'ROLE_AGENT', 'removed stale artifacts', %s, false, false, '[]', '[]')",
                 [session.pk, NOW],
             )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
     assert found("archived") == ["old"]
     assert found("backfiller") == ["old"]
     assert found("artifacts") == ["old"]

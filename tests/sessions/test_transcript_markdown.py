@@ -18,6 +18,7 @@ from tasks.sessions import progress_card, search
 from tasks.sessions.search_writes import SAID_CHARS, SAID_ROOM
 from tests.builders import artifact, progress, status
 from tests.conftest import NOW, RegisteredAgent, make_agent, push
+from tests.migrating import old_agent, schema_at
 
 RELEASE = """**Release checkout 2.4 is live**
 
@@ -195,20 +196,9 @@ def test_said_is_bounded_newest_first_and_a_growing_note_is_not_copied(client, a
 
 @pytest.mark.django_db(transaction=True)
 def test_migrating_indexes_said_and_fills_it_with_artifact_names(client):
-    from django.db.migrations.executor import MigrationExecutor
-
-    before = [("tasks", "0026_screen_a_team_keeps_open")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    try:
-        # Rows as that schema's code wrote them (today's writes need the columns made since).
-        old = executor.loader.project_state(before).apps
-        agent = old.get_model("tasks", "Agent").objects.create(
-            name="Migrator",
-            card_url="http://agent.test/card",
-            rpc_url="http://agent.test/rpc",
-            protocol_version="1.0",
-        )
+    # Rows as that schema's code wrote them (today's writes need the columns made since).
+    with schema_at(("tasks", "0026_screen_a_team_keeps_open")) as old:
+        agent = old_agent(old, "Migrator")
         session = old.get_model("tasks", "Session").objects.create(
             agent=agent, context_id="ctx-1", updated_at=NOW
         )
@@ -225,10 +215,6 @@ def test_migrating_indexes_said_and_fills_it_with_artifact_names(client):
         old.get_model("tasks", "SessionText").objects.create(
             session=session, agent="Migrator", note="working"
         )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
     assert "Pelican summary" in SessionText.objects.get().said
     assert len(search.find(Session.objects.all(), "pelican")) == 1
     # Written from here on, `said` is indexed as it changes, after what the migration kept.
