@@ -373,12 +373,13 @@ class Pusher:
         except httpx.HTTPError as error:
             record.error = f"{type(error).__name__}: {error}"[:200]
             return record
-        outcome = response.json().get("outcome") if response.status_code == 200 else None
+        answer = response.json() if response.status_code == 200 else {}
+        outcome = answer.get("outcome")
         if outcome not in ("applied", "accepted"):
             record.error = f"{response.status_code} {response.text[:200]}"
             return record
         record.outcome = outcome
-        record.delivery = int(response.json().get("delivery") or 0)
+        record.delivery = int(answer.get("delivery") or 0)
         session.mark = record.mark = serial
         return record
 
