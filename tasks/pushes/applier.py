@@ -204,9 +204,11 @@ def _apply(
     touched = _derive(results, alone=alone)
     if not alone:
         # Deriving kept the notes the batch superseded, and the receipts: all of its
-        # messages in one INSERT, and the whole batch's timeline entries in another.
+        # messages in one INSERT, and the whole batch's timeline entries in another; then
+        # its sessions, their cards and their search texts, one statement for each.
         locked.write_said()
         locked.timeline.write()
+        locked.derived.write()
     return touched
 
 

@@ -158,10 +158,7 @@ def update(instance: Model, fields: tuple[str, ...] | None = None) -> None:
     model = type(instance)
     alias = router.db_for_write(model, instance=instance)
     connection = connections[alias]
-    statement = _UPDATES.get((model, fields, alias))
-    if statement is None:
-        statement = _UPDATES[(model, fields, alias)] = _update_statement(model, fields, connection)
-    sql, targets = statement
+    sql, targets = _update(model, fields, alias)
     if sql is None:
         instance.save(update_fields=fields)
         return
@@ -186,6 +183,104 @@ def update(instance: Model, fields: tuple[str, ...] | None = None) -> None:
 
 # By (model, fields, database alias): the UPDATE (None: left to save()) and its fields.
 _UPDATES: dict[tuple, tuple[str | None, tuple]] = {}
+
+
+def _update(model: type[Model], fields: tuple[str, ...] | None, alias: str) -> tuple:
+    statement = _UPDATES.get((model, fields, alias))
+    if statement is None:
+        statement = _UPDATES[(model, fields, alias)] = _update_statement(
+            model, fields, connections[alias]
+        )
+    return statement
+
+
+# Rows `update_all` sets in one statement; more go in several.
+UPDATE_ROWS = 100
+
+
+def update_all(instances: list[Model], fields: tuple[str, ...] | None = None) -> None:
+    """`update(instance, fields)` of each of several stored rows of one model, in one
+    statement on PostgreSQL (where each statement is a round trip: a batch's sessions,
+    cards and tasks were three a session), one at a time elsewhere. A row given twice is
+    written as its last. Values are converted as `update` converts them, and a row it does
+    not cover (not stored yet, an expression as a value) is left to `update`, so the
+    outcome is save()'s; so are all of them if any was not there to update."""
+    rows = list({instance.pk: instance for instance in instances}.values())
+    if not rows:
+        return
+    model = type(rows[0])
+    alias = router.db_for_write(model, instance=rows[0])
+    connection = connections[alias]
+    sql, targets = _update(model, fields, alias)
+    if len(rows) == 1 or connection.vendor != "postgresql" or sql is None:
+        for instance in rows:
+            update(instance, fields)
+        return
+    by_values: list[tuple[Model, list]] = []
+    for instance in rows:
+        params = None if instance._state.adding else _update_params(instance, targets, connection)
+        if params is None:
+            update(instance, fields)
+        else:
+            by_values.append((instance, params))
+    for start in range(0, len(by_values), UPDATE_ROWS):
+        chunk = by_values[start : start + UPDATE_ROWS]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _update_from_values(model, fields, targets, len(chunk), alias),
+                [value for _, params in chunk for value in params],
+            )
+            updated = cursor.rowcount
+        if updated != len(chunk):
+            for instance, _ in chunk:  # update() decides, each alone: an INSERT, or its error
+                update(instance, fields)
+
+
+def _update_params(instance: Model, targets: tuple, connection) -> list | None:
+    """The row's key, then its values as update() sends them; None if one is an expression."""
+    params = [instance._meta.pk.get_db_prep_value(instance.pk, connection)]
+    for field in targets:
+        value = field.pre_save(instance, False)
+        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+            return None
+        value = field.get_db_prep_save(value, connection)
+        if hasattr(value, "as_sql"):
+            return None
+        params.append(value)
+    return params
+
+
+def _update_from_values(
+    model: type[Model], fields: tuple[str, ...] | None, targets: tuple, rows: int, alias: str
+) -> str:
+    """PostgreSQL: UPDATE … FROM a list of (key, values…) rows. Its first row is the
+    columns of a NULL of the table's own row type, which joins no row: every column of the
+    list then has its column's type, and values sent untyped (text) take it, as in an
+    UPDATE of one row, with the same checks (a text too long for its column raises, never
+    cut). That row is in the list itself: a list's own untyped columns would be text, which
+    a UNION with it could not match to a time."""
+    key = (model, fields, alias, rows)
+    sql = _UPDATES_FROM_VALUES.get(key)
+    if sql is not None:
+        return sql
+    quote = connections[alias].ops.quote_name
+    meta = model._meta
+    table = quote(meta.db_table)
+    names = [quote(meta.pk.column)] + [quote(field.column) for field in targets]
+    typed = "(" + ", ".join(f"(NULL::{table}).{name}" for name in names) + ")"
+    values = ", ".join([typed] + ["(" + ", ".join(["%s"] * len(names)) + ")"] * rows)
+    assignments = ", ".join(f"{name} = v.{name}" for name in names[1:])
+    # Only quoted names from the model go into the text; every value is a parameter.
+    sql = _UPDATES_FROM_VALUES[key] = (
+        f"UPDATE {table} SET {assignments} "  # noqa: S608
+        f"FROM (VALUES {values}) AS v({', '.join(names)}) "
+        f"WHERE {table}.{names[0]} = v.{names[0]}"
+    )
+    return sql
+
+
+# By (model, fields, database alias, rows): `update_all`'s statement.
+_UPDATES_FROM_VALUES: dict[tuple, str] = {}
 
 
 def _update_statement(

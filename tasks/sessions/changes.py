@@ -108,6 +108,42 @@ _LOCK_ONE = {
 }
 
 
+class Gathered:
+    """The writes of deriving a batch's sessions, made together (`write`) rather than as each
+    is derived: the sessions' rows, their cards' and their search texts', one statement of
+    each kind on PostgreSQL. Each statement is a round trip, and these three a session were
+    a third of a busy batch's time, waiting (docs/performance.md). Nothing in the batch
+    reads them from the database before `write` (applier.py says when it runs); a card not
+    stored yet is inserted at once, so it has its id."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple, dict[int, Any]] = {}  # by (model, fields): by id
+        self._texts: dict[int, tuple[Session, progress_card.ProgressCard | None]] = {}
+
+    def update(self, instance: Any, fields: tuple[str, ...] | None = None) -> None:
+        """prepared.update(instance, fields), with the batch's."""
+        if instance.pk is None or instance._state.adding:
+            prepared.update(instance, fields)
+            return
+        self._rows.setdefault((type(instance), fields), {})[instance.pk] = instance
+
+    def text(self, session: Session, card: progress_card.ProgressCard | None) -> None:
+        """search.keep(session, card), with the batch's."""
+        self._texts[session.pk] = (session, card)
+
+    def write(self) -> None:
+        """Each gathered row as it is now, then the search texts."""
+        rows, self._rows = self._rows, {}
+        for (_, fields), instances in rows.items():
+            prepared.update_all(list(instances.values()), fields)
+        texts, self._texts = self._texts, {}
+        search.keep_all(list(texts.values()))
+
+    def drop(self) -> None:
+        self._rows.clear()
+        self._texts.clear()
+
+
 def derive(
     session: Session,
     *,
@@ -115,12 +151,14 @@ def derive(
     timeline: history.Pending | None = None,
     card: Any = NOT_READ,
     read: Read | None = None,
+    gathered: Gathered | None = None,
 ) -> progress_card.Written:
     """The session's state, whether it needs a person, its title and its card, from what is
     stored under it now. Call under its lock, after the change. A new card revision is a
     timeline entry: gathered in `timeline` (the applier's batch) or, without one, written now.
     `card`: the session's card (or None), and `read`, what else it reads, when the caller
-    read them under the lock."""
+    read them under the lock. `gathered`: the session's, card's and search text's writes
+    wait for the batch's (`Gathered.write`); without it they are made now."""
     checks: Any = NOT_READ
     if read is None:
         # The newest turns hold everything the card shows.
@@ -133,14 +171,22 @@ def derive(
     if updated_at is not None:
         session.updated_at = updated_at
         fields += ("updated_at",)
-    prepared.update(session, fields)  # session.save(update_fields=fields), compiled once
-    written = progress_card.from_session(session, tasks, question=waiting, card=card, checks=checks)
-    card_written(session, written, timeline=timeline)
+    # session.save(update_fields=fields), its UPDATE compiled once, now or with the batch's.
+    save = prepared.update if gathered is None else gathered.update
+    save(session, fields)
+    written = progress_card.from_session(
+        session, tasks, question=waiting, card=card, checks=checks, save=save
+    )
+    card_written(session, written, timeline=timeline, gathered=gathered)
     return written
 
 
 def card_written(
-    session: Session, written: progress_card.Written, *, timeline: history.Pending | None = None
+    session: Session,
+    written: progress_card.Written,
+    *,
+    timeline: history.Pending | None = None,
+    gathered: Gathered | None = None,
 ) -> None:
     """What follows a card write, derived (`derive`) or direct (the card API): a new revision
     is a timeline entry, and the card's plan and note are searchable."""
@@ -149,7 +195,11 @@ def card_written(
             timeline.card(session, written.card)
         else:
             history.card_written(session, written.card)
-    search.keep(session, written.card)  # writes only if its title, plan or note changed
+    # Writes only if its title, plan or note changed.
+    if gathered is None:
+        search.keep(session, written.card)
+    else:
+        gathered.text(session, written.card)
 
 
 @dataclass(frozen=True)

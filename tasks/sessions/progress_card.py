@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -378,6 +379,7 @@ def store(
     source: str = ProgressCard.Source.STATUS,
     status_digest: str = "",
     current: Any = NOT_READ,
+    save: Callable[[ProgressCard], None] = prepared.update,
 ) -> Written:
     """Replace the session's card with already-normalized content. Clearing a card that
     never existed writes nothing; with `only_if_changed`, neither does a write that would
@@ -385,7 +387,8 @@ def store(
 
     The caller holds the session's row lock (select_for_update) in its transaction: that
     lock is what keeps two writers from reusing a revision. `current` is the session's card
-    (or None) when the caller has just read it under that lock."""
+    (or None) when the caller has just read it under that lock. `save` writes the card as
+    save() would (its UPDATE compiled once): now, or with the applier's batch's writes."""
     # Joined to the caller's transaction (it holds the lock), without a savepoint of its own.
     with transaction.atomic(savepoint=False):
         card = (
@@ -425,7 +428,7 @@ def store(
         card.source, card.status_digest = source, status_digest
         if content_changed:
             card.source_at = now
-        prepared.update(card)  # card.save(), its UPDATE compiled once
+        save(card)
     return Written(card, changed=True, content_changed=content_changed)
 
 
@@ -468,8 +471,10 @@ def from_session(
     question: Any = NOT_READ,
     card: Any = NOT_READ,
     checks: Any = NOT_READ,
+    save: Callable[[ProgressCard], None] = prepared.update,
 ) -> Written:
     """Recompute an A2A session's card from what the applier stored; `tasks` newest first.
+    `save` writes the card (`store`).
 
     Plan: the latest progress/v1 plan. Note: the latest status message that is not a
     question (a question is the interaction's prompt). Beside them: state, the open
@@ -509,6 +514,7 @@ def from_session(
         source=source,
         status_digest=status_digest,
         current=card,
+        save=save,
     )
 
 

@@ -49,7 +49,7 @@ from django.db.models.expressions import RawSQL
 from tasks.models import Agent, ProgressCard, Session
 from tasks.sessions import artifact_markdown
 from tasks.sessions.progress_card import strip_invisible
-from tasks.sessions.search_writes import ALSO, SAID_ROOM, UPSERT
+from tasks.sessions.search_writes import ALSO, SAID_ROOM, UPSERT, UPSERT_ROWS, upsert_rows
 
 MAX_WORDS = 10
 MAX_WORD_CHARS = 64
@@ -157,12 +157,31 @@ def keep(session: Session, card: ProgressCard | None) -> None:
     """Index the session's own text as it is now: call under its lock, in the transaction
     that changed it (changes.derive, the card API). Writes only if the text changed; the
     note and plan it replaces stay searchable, in `said`."""
+    with connection.cursor() as cursor:
+        cursor.execute(UPSERT[connection.vendor], _text(session, card))
+
+
+def keep_all(texts: list[tuple[Session, ProgressCard | None]]) -> None:
+    """`keep` for several sessions (each once): one statement for each UPSERT_ROWS of them
+    on PostgreSQL, where each is a round trip; one each on SQLite."""
+    if connection.vendor != "postgresql" or len(texts) == 1:
+        for session, card in texts:
+            keep(session, card)
+        return
+    for start in range(0, len(texts), UPSERT_ROWS):
+        chunk = texts[start : start + UPSERT_ROWS]
+        params = []
+        for session, card in chunk:
+            params += _text(session, card)
+        with connection.cursor() as cursor:
+            cursor.execute(upsert_rows(len(chunk)), params)
+
+
+def _text(session: Session, card: ProgressCard | None) -> list:
+    """UPSERT's parameters for one session: id, title, plan, note, agent."""
     plan = plan_text(card.plan) if card is not None else ""
     note = card.markdown if card is not None else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            UPSERT[connection.vendor], [session.pk, session.title, plan, note, session.agent_id]
-        )
+    return [session.pk, session.title, plan, note, session.agent_id]
 
 
 def also_said(session_id: int, text: str) -> None:

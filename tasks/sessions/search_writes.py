@@ -75,13 +75,27 @@ def _moved(position: str, nl: str, field: str) -> str:
     return f"CASE WHEN {kept} THEN '' ELSE {old} || {nl} END"
 
 
-def _upsert(position: str, nl: str, vector: bool) -> str:
+def _upsert(position: str, nl: str, vector: bool, rows: int = 0) -> str:
     """One statement, with the agent's name read in it, that writes nothing (and so reindexes
-    nothing) when the text is unchanged; a note or plan it replaces goes to `said`."""
+    nothing) when the text is unchanged; a note or plan it replaces goes to `said`. Its
+    parameters: session id, title, plan, note, agent id. `rows` (PostgreSQL): as many
+    sessions' texts at once, their parameters one session after another (each session
+    once: a statement cannot write one row twice)."""
     moved = f"{_moved(position, nl, 'note')} || {_moved(position, nl, 'plan')}"
+    if rows:
+        texts = ", ".join(["(%s::bigint, %s::text, %s::text, %s::text, %s::bigint)"] * rows)
+        select = (
+            "SELECT v.id, v.title, tasks_agent.name, v.plan, v.note "  # noqa: S608
+            f"FROM (VALUES {texts}) AS v(id, title, plan, note, agent_id), tasks_agent "
+            "WHERE tasks_agent.id = v.agent_id"
+        )
+    else:
+        select = (
+            "SELECT %s, %s, tasks_agent.name, %s, %s FROM tasks_agent WHERE tasks_agent.id = %s"
+        )
     return f"""
 INSERT INTO tasks_sessiontext (session_id, title, agent, plan, note)
-SELECT %s, %s, tasks_agent.name, %s, %s FROM tasks_agent WHERE tasks_agent.id = %s
+{select}
 ON CONFLICT (session_id) DO UPDATE SET
     title = excluded.title, agent = excluded.agent, plan = excluded.plan, note = excluded.note,
     {_prepend(moved, vector)}
@@ -115,4 +129,16 @@ WHERE NOT {_held(position, nl, "tasks_sessiontext.said", "excluded.said")}
 
 
 UPSERT = {vendor: _upsert(**spelling) for vendor, spelling in _SPELLING.items()}
+UPSERT_ROWS = 100  # sessions' texts written in one statement (PostgreSQL)
+_UPSERTS: dict[int, str] = {}
+
+
+def upsert_rows(rows: int) -> str:
+    """PostgreSQL: UPSERT for `rows` sessions' texts (1 to UPSERT_ROWS) in one statement."""
+    sql = _UPSERTS.get(rows)
+    if sql is None:
+        sql = _UPSERTS[rows] = _upsert(**_SPELLING["postgresql"], rows=rows)
+    return sql
+
+
 ALSO = {vendor: _also(**spelling) for vendor, spelling in _SPELLING.items()}

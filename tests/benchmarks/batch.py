@@ -23,6 +23,7 @@ The database: SQLite in a temporary directory, or a fresh PostgreSQL database
     python -m tests.benchmarks batch                     # 1, 6 and 50 sessions, 40 rounds
     python -m tests.benchmarks batch --sessions 1 --rounds 200
     python -m tests.benchmarks batch --sessions 10 --pushes 3 --said 20000   # streaming
+    python -m tests.benchmarks batch --sessions 10 --statements   # what the round trips are
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--said", type=int, default=0, help="characters said before, filled in first (per session)"
     )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print the counted batch's statements (each shortened), to read its round trips",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,13 +88,21 @@ def run(args: argparse.Namespace) -> int:
             f"batch: {place.description}; {os.cpu_count()} CPUs; {args.rounds} rounds per size; "
             f"{args.pushes} push(es) per session per batch; {args.said} characters said before"
         )
-        rows = _measure(env, agent, args.sessions, args.rounds, args.pushes, args.said)
+        rows = _measure(
+            env, agent, args.sessions, args.rounds, args.pushes, args.said, args.statements
+        )
     _print(rows)
     return 0
 
 
 def _measure(
-    env: dict[str, str], agent: dict, sizes: list[int], rounds: int, pushes: int, said: int
+    env: dict[str, str],
+    agent: dict,
+    sizes: list[int],
+    rounds: int,
+    pushes: int,
+    said: int,
+    show: bool = False,
 ) -> list[tuple]:
     os.environ.update(env)
     os.environ["ONLOOKER_APPLIER"] = "external"
@@ -142,6 +156,11 @@ def _measure(
         with CaptureQueriesContext(connection) as captured:
             applier.apply_batch()
         statements = len(captured.captured_queries)
+        if show:
+            print(f"\n{size} session(s): the batch's {statements} statements")
+            for n, query in enumerate(captured.captured_queries, 1):
+                sql = " ".join(query["sql"].split())
+                print(f"{n:>4} {sql[:160]}{' …' if len(sql) > 160 else ''}")
         walls, cpus = [], []
         for _ in range(rounds):
             push_each()

@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from tasks.models import Delivery, Interaction, Message, ProgressCard, Session, Task
 from tasks.runtime import prepared
@@ -157,6 +158,76 @@ def test_a_prepared_update_leaves_to_save_what_is_not_a_stored_row(token_agent):
         prepared.update(card, ("markdown",))
     prepared.update(card)  # as save() does: no row to update, so it is inserted
     assert stored(card)["markdown"] == card.markdown
+
+
+def three_cards(agent) -> list[ProgressCard]:
+    for n in range(3):
+        body = status("WORKING", task=f"t-{n}", context=f"ctx-{n}", at=1, text=f"Note {n}")
+        assert push(Client(), agent, body).status_code == 200
+    return list(ProgressCard.objects.order_by("pk"))
+
+
+def test_updating_several_rows_at_once_stores_what_updating_each_stores(token_agent):
+    cards = three_cards(token_agent)
+    later = cards[0].updated_at + timedelta(seconds=90)
+    for values in (
+        [  # JSON, text with quotes, backslashes and more than one script, a time
+            {"plan": [{"step": "Ship", "status": "in_progress"}], "facts": {"n": 1.5}},
+            {"markdown": "it's \\ “done” ✓ 完了", "updated_at": later},
+            {"plan": [], "facts": {"state": "x"}, "html": "<p>x</p>"},
+        ],
+        [{"plan": None, "facts": None}] * 3,  # NULL in every row: SQL NULL, not JSON null
+    ):
+        by_one, by_all = [], []
+        for card, changes in zip(cards, values, strict=True):
+            for name, value in changes.items():
+                setattr(card, name, value)
+            card.revision += 1
+        for card in cards:
+            prepared.update(card)
+            by_one.append(stored(card))
+        for card in cards:
+            card.revision += 1
+        with CaptureQueriesContext(connection) as queries:
+            prepared.update_all(cards)
+        by_all = [stored(card) for card in cards]
+        assert by_all == [row | {"revision": row["revision"] + 1} for row in by_one]
+        assert len(queries) == (1 if connection.vendor == "postgresql" else 3)
+    assert ProgressCard.objects.filter(plan__isnull=True).count() == 3
+
+    sessions = list(Session.objects.order_by("pk"))
+    for n, session in enumerate(sessions):
+        session.title, session.needs_human = f"Renamed {n}", True
+    prepared.update_all(sessions, ("title",))  # only the fields named
+    assert list(Session.objects.order_by("pk").values_list("title", "needs_human")) == [
+        (f"Renamed {n}", False) for n in range(3)
+    ]
+
+
+def test_updating_several_rows_at_once_refuses_a_text_too_long_rather_than_cut_it(token_agent):
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite keeps a text of any length in a column of a given one")
+    three_cards(token_agent)
+    sessions = list(Session.objects.order_by("pk"))
+    sessions[0].title, sessions[2].title = "short", "x" * 201  # the column holds 200
+    with pytest.raises(DataError), transaction.atomic():
+        prepared.update_all(sessions, ("title",))
+    assert set(Session.objects.values_list("title", flat=True)) == {""}
+
+
+def test_updating_several_rows_at_once_leaves_to_save_a_row_not_stored(token_agent):
+    cards = three_cards(token_agent)
+    ProgressCard.objects.filter(pk=cards[1].pk).delete()
+    for card in cards:
+        card.markdown = f"Again {card.pk}"
+    prepared.update_all(cards + [cards[0]])  # a row given twice is written once
+    assert sorted(ProgressCard.objects.values_list("markdown", flat=True)) == sorted(
+        f"Again {card.pk}" for card in cards
+    )
+    cards[2].markdown = "Only these"
+    ProgressCard.objects.filter(pk=cards[2].pk).delete()
+    with pytest.raises(DatabaseError), transaction.atomic():  # as save(update_fields=…)
+        prepared.update_all(cards, ("markdown",))
 
 
 def test_a_prepared_insert_stores_what_save_stores_and_gives_back_the_key(token_agent):

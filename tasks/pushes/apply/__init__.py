@@ -118,6 +118,7 @@ def derive(applied: list[Applied], read: changes.Read | None = None) -> Progress
         timeline=locked.timeline,
         card=locked.cards.get(session.pk, progress_card.NOT_READ),
         read=read,
+        gathered=locked.derived,
     )
     receipt_by = (
         noted[-1]

@@ -21,8 +21,9 @@ class Locked:
     the deliveries of one batch, in its transaction (the row locks last until it ends).
 
     `gather`: the tasks' UPDATEs and the transcript's INSERTs wait for `write_tasks` and
-    `write_said`, as the timeline's entries do: a task the batch applied three statuses to
-    is written once, and the batch's messages go in one INSERT. Each statement is a round
+    `write_said`, as the timeline's entries do, and deriving's writes for `derived.write()`:
+    a task the batch applied three statuses to is written once, and the batch's messages go
+    in one INSERT, its tasks in one UPDATE. Each statement is a round
     trip to PostgreSQL, and one per delivery was a third of a busy batch's (applier.py
     says when each is written). Without it (a delivery applied alone, in its savepoint, or
     fetched.py's), each is written at once."""
@@ -41,8 +42,10 @@ class Locked:
         # from here rather than one query per session. Only derive writes a card in a batch.
         self.cards: dict[int, ProgressCard] = {}
         self.forgot = False
-        # The batch's timeline entries, inserted together once it is applied (applier.py).
+        # The batch's timeline entries, inserted together once it is applied (applier.py),
+        # and (`gather`) the writes of deriving its sessions, made together once all are.
         self.timeline = timeline.Pending()
+        self.derived = changes.Gathered() if gather else None
         # Tasks created here that have had no status yet: their first one is a state entry
         # even when it repeats the state they were created in.
         self.fresh: set[int] = set()
@@ -110,6 +113,8 @@ class Locked:
         self.tasks.clear()
         self.cards.clear()
         self.timeline.drop()
+        if self.derived is not None:
+            self.derived.drop()
         self._changed_tasks.clear()
         self._said.clear()
         self.forgot = True
@@ -122,11 +127,11 @@ class Locked:
             prepared.update(task)
 
     def write_tasks(self) -> None:
-        """The changed tasks' UPDATEs, one per task however many statuses it had: before
-        anything reads them from the database (deriving the sessions does)."""
-        for task in self._changed_tasks.values():
-            prepared.update(task)
-        self._changed_tasks.clear()
+        """The changed tasks' UPDATE, each task once however many statuses it had, all in
+        one statement on PostgreSQL: before anything reads them from the database (deriving
+        the sessions does)."""
+        tasks, self._changed_tasks = self._changed_tasks, {}
+        prepared.update_all(list(tasks.values()))
 
     def keep_said(self, message: Message) -> None:
         """A transcript message to insert (skipped if its id is in the transcript already):
