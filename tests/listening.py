@@ -40,10 +40,11 @@ async def heard(
             done, _ = await asyncio.wait({receiving}, timeout=left)
             if not done:
                 break
-            wired, receiving = receiving.result(), None
-            if wanted.intersection(wired["groups"]):
-                got.append(wired)
-                quiet_until = loop.time() + quiet
+            received, receiving = receiving.result(), None
+            for wired in broadcast.unbundle(received):
+                if wanted.intersection(wired["groups"]):
+                    got.append(wired)
+                    quiet_until = loop.time() + quiet
     finally:
         await _stop(receiving)
     return got
@@ -61,9 +62,10 @@ async def first(layer, channel: str, groups: Iterable[str], *, within: float = 5
             done, _ = await asyncio.wait({receiving}, timeout=left)
             if not done:
                 break
-            wired, receiving = receiving.result(), None
-            if wanted.intersection(wired["groups"]):
-                return wired
+            received, receiving = receiving.result(), None
+            for wired in broadcast.unbundle(received):
+                if wanted.intersection(wired["groups"]):
+                    return wired
     finally:
         await _stop(receiving)
     raise TimeoutError(f"no hint for {sorted(wanted)} within {within} s")

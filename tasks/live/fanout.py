@@ -4,9 +4,10 @@ sockets of the groups it names.
 With a channel per socket, every hint costs the channel layer one message per open socket
 (a queue, a copy, a wake-up, a dispatch); a team screen on a wall, a few dozen tabs and a
 burst of pushes made that the server's whole CPU. Here the layer carries one message per
-hint per process: every listener is in one layer group (`broadcast.LISTENERS`), a hint
-names the groups it is for (its session's team and the session), and the listener hands it
-to each of its sockets in any of them, once. The groups themselves are only this process's
+hint per process (or per bundle of hints sent together: a batch's, broadcast.BUNDLE): every
+listener is in one layer group (`broadcast.LISTENERS`), a hint names the groups it is for
+(its session's team and the session), and the listener hands it to each of its sockets in
+any of them, once. The groups themselves are only this process's
 bookkeeping. Sending a hint to each of its groups through the layer instead cost two sends
 and two receives per hint, and a session page's socket (in both) was handed it twice.
 Sockets only listen, so nothing is lost by skipping their own channels.
@@ -93,12 +94,13 @@ class Listener:
                 self.lost = True
                 await self._tell_every_socket(LOST)
                 continue
-            # A socket in both of a hint's groups (a session page: its team and its session)
-            # is handed it once.
-            sockets: set[Deliver] = set()
-            for group in message.get("groups", ()):
-                sockets.update(self.members.get(group, ()))
-            await _hand(message, sockets)
+            for hint in broadcast.unbundle(message):
+                # A socket in both of a hint's groups (a session page: its team and its
+                # session) is handed it once.
+                sockets: set[Deliver] = set()
+                for group in hint.get("groups", ()):
+                    sockets.update(self.members.get(group, ()))
+                await _hand(hint, sockets)
 
     async def _join_again(self) -> None:
         """Until the layer has this listener in its group again (a restarted Redis forgot

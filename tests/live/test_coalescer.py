@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -157,3 +158,39 @@ def test_cleared_hints_are_never_sent(fake, coalescer, listener):
     coalescer.clear()
     fake.advance(INTERVAL)
     assert listener.heard() == [(1, 1)], "a hint held before clear() was sent after it"
+
+
+def test_hints_handed_to_the_server_loop_in_one_turn_go_through_the_layer_as_one_message(
+    fake, coalescer
+):
+    """What a batch of pushes changed (a hint per session, handed over as it commits) costs
+    the layer one send, and each process's listener one receive, in the order given. The
+    layer is heard from the server's loop (the in-memory layer's queues belong to one)."""
+    server = asyncio.new_event_loop()
+    threading.Thread(target=server.run_forever, daemon=True).start()
+
+    def on_server(work):
+        return asyncio.run_coroutine_threadsafe(work, server).result(10)
+
+    layer = get_channel_layer()
+    group = f"bundle-{uuid.uuid4().hex}"
+    before = broadcast._server_loop
+    turn_ends = threading.Event()
+    try:
+        channel = on_server(listening.join(layer))
+        broadcast.use_loop(server)
+        server.call_soon_threadsafe(turn_ends.wait, 5)  # the loop is busy meanwhile
+        for session in (1, 2, 3):
+            coalescer.offer(session, [group], hint(session, 1))
+        turn_ends.set()
+        received = on_server(asyncio.wait_for(layer.receive(channel), 5))
+        after = on_server(listening.heard(layer, channel, [group], quiet=0.05))
+        on_server(layer.group_discard(broadcast.LISTENERS, channel))
+    finally:
+        broadcast.use_loop(before)
+        server.call_soon_threadsafe(server.stop)
+    assert received["type"] == broadcast.BUNDLE
+    hints = broadcast.unbundle(received)
+    assert [json.loads(one["text"])["session"] for one in hints] == [1, 2, 3]
+    assert all(one["groups"] == [group] for one in hints)
+    assert after == [], "a hint was sent again on its own"
