@@ -24,7 +24,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
-MIN_INTERVAL = 0.1  # seconds between two messages about one session (≤ 10 per second)
+# Seconds between two messages about one session (≤ 20 a second). Under load the applier's
+# batches coalesce already (one hint per session per batch, about ten a second at 200 pushes
+# a second): at 0.1 s this held 83% of those hints, 29 ms at the median and 102 ms at p99,
+# for 13% fewer socket messages, and push → DOM p50 was 171–179 ms against 129–141.
+MIN_INTERVAL = 0.05
 
 
 # The one channel-layer group: every process's live listener (fanout.py) is in it, and a
