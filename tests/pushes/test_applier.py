@@ -674,7 +674,7 @@ def test_a_few_pushes_that_meet_in_a_batch_are_not_made_to_wait_for_a_rest(kept_
     assert rests == []
 
 
-def test_a_thin_batch_rests_as_long_as_it_took(kept_only, monkeypatch):
+def test_a_thin_batch_rests_half_as_long_as_it_took(kept_only, monkeypatch):
     monkeypatch.setattr(applier, "BATCH_SECONDS", 60.0)  # one batch, however loaded the machine
     registered = make_agent()
     for number in range(applier.GATHER_FROM):
@@ -687,8 +687,10 @@ def test_a_thin_batch_rests_as_long_as_it_took(kept_only, monkeypatch):
 
     monkeypatch.setattr(applier, "apply_batch", slow_apply_batch)
     rests = []
+    started = time.monotonic()
     assert applier.drain(gather=0.02, sleep=rests.append) == applier.GATHER_FROM
-    assert len(rests) == 1 and 0.1 <= rests[0] < 1.0, rests
+    took = time.monotonic() - started  # the batch, and a look for more after it
+    assert len(rests) == 1 and 0.05 <= rests[0] <= took / 2, (rests, took)
 
 
 def test_a_batch_whose_time_is_up_finishes_the_sessions_it_began_and_leaves_the_others(
