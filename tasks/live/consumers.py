@@ -173,17 +173,27 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return
 
-    async def deliver(self, event: dict) -> None:
-        """A hint from this process's listener, for one of the groups this socket joined."""
+    async def deliver(self, events: list[dict]) -> None:
+        """Hints from this process's listener, for the groups this socket joined: each a
+        message of its own, in order."""
         if self.revoked:
             return
         # Encoded once per hint (broadcast.wire), joined and framed once per kind of page
-        # (fanout), and written to the server's socket directly (ServerSend, server_socket):
-        # per socket, what is left is the send.
+        # (fanout), and written to the server's socket directly (ServerSend, server_socket),
+        # all of them in one send: per socket, what is left is that send.
         outbox = self.outbox
         if outbox is not None and server_socket.is_open(outbox.socket):
-            frame = fanout.frame_for(event, self.shown, self.page_session, outbox.socket.factory)
-            outbox.send(fanout.newest_key(event), frame)
+            factory = outbox.socket.factory
+            outbox.send_all(
+                [
+                    (
+                        fanout.newest_key(event),
+                        fanout.frame_for(event, self.shown, self.page_session, factory),
+                    )
+                    for event in events
+                ]
+            )
             return
-        text = fanout.text_for(event, self.shown, self.page_session)
-        await self.send_frame({"type": "websocket.send", "text": text})
+        for event in events:
+            text = fanout.text_for(event, self.shown, self.page_session)
+            await self.send_frame({"type": "websocket.send", "text": text})

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 # joins again well within that, quiet or not.
 REJOIN_EVERY = 30.0  # seconds
 
-Deliver = Callable[[dict], Awaitable[None]]
+# A socket's: the hints for it of one layer message, in order (a bundle's, or one).
+Deliver = Callable[[list[dict]], Awaitable[None]]
 
 
 # What a listener tells its sockets when it loses the channel layer and when it has it
@@ -94,13 +95,18 @@ class Listener:
                 self.lost = True
                 await self._tell_every_socket(LOST)
                 continue
+            # Each socket is handed, at once and in order, the hints of this message that
+            # are for it: written together, a bundle's frames cost it one send. A socket
+            # in both of a hint's groups (a session page: its team and its session) is
+            # handed it once.
+            handed: dict[Deliver, list[dict]] = {}
             for hint in broadcast.unbundle(message):
-                # A socket in both of a hint's groups (a session page: its team and its
-                # session) is handed it once.
                 sockets: set[Deliver] = set()
                 for group in hint.get("groups", ()):
                     sockets.update(self.members.get(group, ()))
-                await _hand(hint, sockets)
+                for deliver in sockets:
+                    handed.setdefault(deliver, []).append(hint)
+            await _hand(handed)
 
     async def _join_again(self) -> None:
         """Until the layer has this listener in its group again (a restarted Redis forgot
@@ -121,7 +127,7 @@ class Listener:
         await self._tell_every_socket(RESYNC)
 
     async def _tell_every_socket(self, message: dict) -> None:
-        await _hand(message, set().union(*self.members.values()))
+        await _hand({deliver: [message] for deliver in set().union(*self.members.values())})
 
     async def _rejoin(self) -> None:
         while True:
@@ -219,10 +225,10 @@ async def end(receiving: asyncio.Future) -> None:
         receiving.exception()  # retrieved: asyncio would log it as never retrieved
 
 
-async def _hand(message: dict, sockets: set[Deliver]) -> None:
-    for deliver in sockets:
+async def _hand(handed: dict[Deliver, list[dict]]) -> None:
+    for deliver, hints in handed.items():
         try:
-            await deliver(message)
+            await deliver(hints)
         except Exception:  # noqa: BLE001 - one broken socket must not starve the rest
             log.exception("live listener: delivering to a socket failed")
 

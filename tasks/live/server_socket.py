@@ -54,15 +54,20 @@ class Outbox:
         self.catching_up: asyncio.TimerHandle | None = None
 
     def send(self, key: Hashable, frame: Any) -> None:
+        self.send_all([(key, frame)])
+
+    def send_all(self, frames: list[tuple[Hashable, Any]]) -> None:
+        """Frames (each with its key), in order: written together when nothing is held."""
         if self.held or waiting(self.socket.transport) > BEHIND_BYTES:
-            self.held.pop(key, None)  # a newer frame goes out after everything held before it
-            self.held[key] = frame
+            for key, frame in frames:
+                self.held.pop(key, None)  # a newer frame goes after everything held before
+                self.held[key] = frame
             if self.catching_up is None:
                 self.catching_up = asyncio.get_running_loop().call_later(
                     CATCH_UP_EVERY, self._catch_up
                 )
             return
-        write(self.socket, frame)
+        write_all(self.socket, [frame for _, frame in frames])
 
     def _catch_up(self) -> None:
         self.catching_up = None
@@ -91,13 +96,20 @@ def waiting(transport: Any) -> int:
 
 def write(socket: Any, frame: Any) -> None:
     """Send a prepared frame on an open socket."""
+    write_all(socket, [frame])
+
+
+def write_all(socket: Any, frames: list[Any]) -> None:
+    """Send prepared frames on an open socket, in order: each its own WebSocket message,
+    all of them in one send (frames one after another are the protocol's own stream)."""
     transport = socket.transport
     # autobahn's own state, read with defaults that take its own way if it is not there.
     compressing = getattr(socket, "_perMessageCompress", True) is not None
     if compressing or getattr(socket, "send_queue", True) or not _idle(transport):
-        socket.sendPreparedMessage(frame)
+        for frame in frames:
+            socket.sendPreparedMessage(frame)
         return
-    data = frame.payloadHybi
+    data = frames[0].payloadHybi if len(frames) == 1 else b"".join(f.payloadHybi for f in frames)
     sent = transport.writeSomeData(data)
     if not isinstance(sent, int):  # the connection is lost: Twisted finds out by itself
         sent = 0

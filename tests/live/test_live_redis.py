@@ -13,6 +13,7 @@ for this test's session (its id and title), and other hints are ignored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -122,3 +123,61 @@ def test_a_push_received_by_one_process_reaches_a_socket_on_the_other(alice, cha
         assert "Running the tests" in hint["html"]["card"]
         assert f'data-session="{session.pk}" data-revision="2"' in hint["html"]["card"]
         assert overheard == []
+
+
+def test_a_bundle_of_hints_reaches_a_socket_as_one_message_each_in_order(alice, ops):
+    """What a batch changed crosses the layer as one bundle; a socket it is for hears each
+    of its hints as a message of its own, in the order they were sent (the server writes
+    them to it together), and none meant for a group it is not in."""
+    from channels.layers import get_channel_layer
+
+    from tasks.live import broadcast
+
+    registered = make_agent(signing=True, team=ops)
+    with LiveServer() as server:
+        first = push_http(server, registered, status("WORKING", at=1, text="Cloning"))
+        assert first.json()["outcome"] == "accepted", server.log()
+        session = Session.objects.get()
+        cookie = session_cookie(alice, server.url)
+        marker = f"bundle-{time.monotonic_ns()}"  # names this test's hints among any others
+
+        def hint(n: int, group: str) -> dict:
+            message = {"type": "card.changed", "session": -n, "revision": n, "title": marker}
+            return broadcast.wire(message, [group])
+
+        async def scenario() -> list[dict]:
+            watching = await open_socket(server, cookie, f"?session={session.pk}")
+            try:
+                # The socket has joined once the server's first hint about the session (sent
+                # as it connects or on the next push) can reach it: push once and wait for it.
+                answer = await asyncio.to_thread(
+                    pushed_in_a_thread, server, registered, status("WORKING", at=2, text="On")
+                )
+                assert answer.json()["outcome"] == "accepted", server.log()
+                assert await hints_about(watching, session, DELIVERY_TIMEOUT, revision=2)
+                team, own = broadcast.team_group(ops.pk), broadcast.session_group(session.pk)
+                hints = [hint(1, team), hint(2, "team.nobody"), hint(3, own), hint(4, team)]
+                layer = get_channel_layer()
+                await layer.group_send(
+                    broadcast.LISTENERS, {"type": broadcast.BUNDLE, "hints": hints}
+                )
+                heard: list[dict] = []
+                deadline = time.monotonic() + DELIVERY_TIMEOUT
+                while len(heard) < 3 and (left := deadline - time.monotonic()) > 0:
+                    try:
+                        message = json.loads(await asyncio.wait_for(watching.recv(), left))
+                    except TimeoutError:
+                        break
+                    if message.get("title") == marker:
+                        heard.append(message)
+                with contextlib.suppress(TimeoutError):  # and nothing more of this test's
+                    while True:
+                        message = json.loads(await asyncio.wait_for(watching.recv(), SILENCE))
+                        if message.get("title") == marker:
+                            heard.append(message)
+            finally:
+                await watching.close()
+            return heard
+
+        heard = asyncio.run(scenario())
+        assert [message["revision"] for message in heard] == [1, 3, 4], server.log()
