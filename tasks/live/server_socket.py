@@ -7,7 +7,8 @@ which is a registration with epoll, a callback, the send, and a deregistration f
 message (under the live benchmark, more of daphne's CPU than anything else on its thread).
 Here a frame is sent at once when nothing waits to go out before it, as asyncio's own
 transports do, and only what the kernel did not take is left to Twisted, which then keeps
-the order of everything after it. Anything unusual (TLS, compression, a closing socket,
+the order of everything after it. The frames of a bundle (a batch's hints, one per session)
+go out to a socket in one send. Anything unusual (TLS, compression, a closing socket,
 data already waiting) takes autobahn's own way.
 
 A socket whose reader falls behind (a phone on a poor network, a tab its browser throttles)
