@@ -167,7 +167,8 @@ def test_hints_handed_to_the_server_loop_in_one_turn_go_through_the_layer_as_one
     the layer one send, and each process's listener one receive, in the order given. The
     layer is heard from the server's loop (the in-memory layer's queues belong to one)."""
     server = asyncio.new_event_loop()
-    threading.Thread(target=server.run_forever, daemon=True).start()
+    serving = threading.Thread(target=server.run_forever, daemon=True)
+    serving.start()
 
     def on_server(work):
         return asyncio.run_coroutine_threadsafe(work, server).result(10)
@@ -189,6 +190,8 @@ def test_hints_handed_to_the_server_loop_in_one_turn_go_through_the_layer_as_one
     finally:
         broadcast.use_loop(before)
         server.call_soon_threadsafe(server.stop)
+        serving.join(5)
+        server.close()  # here, not when collected during a later test's running loop
     assert received["type"] == broadcast.BUNDLE
     hints = broadcast.unbundle(received)
     assert [json.loads(one["text"])["session"] for one in hints] == [1, 2, 3]
