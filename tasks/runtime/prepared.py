@@ -162,17 +162,10 @@ def update(instance: Model, fields: tuple[str, ...] | None = None) -> None:
     if sql is None:
         instance.save(update_fields=fields)
         return
-    params = []
-    for field in targets:
-        value = field.pre_save(instance, False)
-        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
-            instance.save(update_fields=fields)
-            return
-        value = field.get_db_prep_save(value, connection)
-        if hasattr(value, "as_sql"):
-            instance.save(update_fields=fields)
-            return
-        params.append(value)
+    params = _values(instance, targets, connection, adding=False)
+    if params is None:
+        instance.save(update_fields=fields)
+        return
     params.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -205,7 +198,13 @@ def update_all(instances: list[Model], fields: tuple[str, ...] | None = None) ->
     written as its last. Values are converted as `update` converts them, and a row it does
     not cover (not stored yet, an expression as a value) is left to `update`, so the
     outcome is save()'s; so are all of them if any was not there to update."""
-    rows = list({instance.pk: instance for instance in instances}.values())
+    rows: dict[Any, Model] = {}
+    for instance in instances:
+        if instance._state.adding or instance.pk is None:
+            update(instance, fields)  # save(): each new row is its own
+        else:
+            rows[instance.pk] = instance
+    rows = list(rows.values())
     if not rows:
         return
     model = type(rows[0])
@@ -218,11 +217,12 @@ def update_all(instances: list[Model], fields: tuple[str, ...] | None = None) ->
         return
     by_values: list[tuple[Model, list]] = []
     for instance in rows:
-        params = None if instance._state.adding else _update_params(instance, targets, connection)
-        if params is None:
+        values = _values(instance, targets, connection, adding=False)
+        if values is None:
             update(instance, fields)
         else:
-            by_values.append((instance, params))
+            key = instance._meta.pk.get_db_prep_value(instance.pk, connection)
+            by_values.append((instance, [key, *values]))
     for start in range(0, len(by_values), UPDATE_ROWS):
         chunk = by_values[start : start + UPDATE_ROWS]
         with connection.cursor() as cursor:
@@ -236,11 +236,12 @@ def update_all(instances: list[Model], fields: tuple[str, ...] | None = None) ->
                 update(instance, fields)
 
 
-def _update_params(instance: Model, targets: tuple, connection) -> list | None:
-    """The row's key, then its values as update() sends them; None if one is an expression."""
-    params = [instance._meta.pk.get_db_prep_value(instance.pk, connection)]
+def _values(instance: Model, targets: tuple, connection, *, adding: bool) -> list | None:
+    """The row's values for `targets` as save() sends them (`pre_save`, then
+    `get_db_prep_save`); None if one is an expression, which only save() can send."""
+    params = []
     for field in targets:
-        value = field.pre_save(instance, False)
+        value = field.pre_save(instance, adding)
         if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
             return None
         value = field.get_db_prep_save(value, connection)
@@ -321,7 +322,7 @@ def insert(instance: Model, *, ignore_conflicts: bool = False) -> None:
     params = (
         None
         if sql is None or instance.pk is not None
-        else _insert_params(instance, targets, connection)
+        else _values(instance, targets, connection, adding=True)
     )
     if params is None:
         if ignore_conflicts:
@@ -336,19 +337,6 @@ def insert(instance: Model, *, ignore_conflicts: bool = False) -> None:
         instance.pk = row[0]
     instance._state.adding = False
     instance._state.db = alias
-
-
-def _insert_params(instance: Model, targets: tuple, connection) -> list | None:
-    params = []
-    for field in targets:
-        value = field.pre_save(instance, True)
-        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
-            return None
-        value = field.get_db_prep_save(value, connection)
-        if hasattr(value, "as_sql"):
-            return None
-        params.append(value)
-    return params
 
 
 # By (model, database alias, ignore_conflicts): the INSERT (None: left to the ORM) and the

@@ -230,6 +230,19 @@ def test_updating_several_rows_at_once_leaves_to_save_a_row_not_stored(token_age
         prepared.update_all(cards, ("markdown",))
 
 
+def test_updating_several_rows_at_once_saves_each_row_not_stored_yet(token_agent):
+    at = three_cards(token_agent)[0].updated_at
+    ProgressCard.objects.all().delete()
+    new = [
+        ProgressCard(session=session, revision=1, markdown=f"New {session.pk}", updated_at=at)
+        for session in Session.objects.order_by("pk")
+    ]
+    prepared.update_all(new)  # no key yet: none of them may stand for another
+    assert sorted(ProgressCard.objects.values_list("markdown", flat=True)) == sorted(
+        card.markdown for card in new
+    )
+
+
 def test_a_prepared_insert_stores_what_save_stores_and_gives_back_the_key(token_agent):
     assert push(Client(), token_agent, status("WORKING", at=1, text="Reading")).status_code == 200
     session, task = Session.objects.get(), Task.objects.get()
