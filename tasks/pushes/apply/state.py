@@ -23,9 +23,9 @@ class Locked:
     `gather`: the tasks' UPDATEs and the transcript's INSERTs wait for `write_tasks` and
     `write_said`, as the timeline's entries do, and deriving's writes for `derived.write()`:
     a task the batch applied three statuses to is written once, and the batch's messages go
-    in one INSERT, its tasks in one UPDATE. Each statement is a round
-    trip to PostgreSQL, and one per delivery was a third of a busy batch's (applier.py
-    says when each is written). Without it (a delivery applied alone, in its savepoint, or
+    in one INSERT, its tasks in one UPDATE. Each statement is a round trip to PostgreSQL,
+    and one per delivery was a third of a busy batch's (applier.py says when each is
+    written). Without it (a delivery applied alone, in its savepoint, or
     fetched.py's), each is written at once."""
 
     def __init__(self, *, nowait: bool = False, gather: bool = False) -> None:
