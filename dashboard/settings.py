@@ -189,13 +189,25 @@ ONLOOKER_ENDPOINT_CACHE_SECONDS = env_int("ONLOOKER_ENDPOINT_CACHE_SECONDS", 1, 
 # Who applies received pushes (tasks/pushes/applier.py): a process started beside each server
 # process ("process", tasks/pushes/process.py), a thread in each server process
 # ("background"), or only `manage.py apply_deliveries` ("external"); "inline" applies on the
-# request that received the push (the tests' mode).
+# request that received the push (the tests' mode). "shared" is set by `manage.py serve` for
+# its server processes: one applier process of its own serves them all, woken by a byte
+# written to the pipe ONLOOKER_APPLIER_WAKE_FD.
 ONLOOKER_APPLIER = os.environ.get("ONLOOKER_APPLIER", "").strip() or "process"
-if ONLOOKER_APPLIER not in ("process", "background", "external", "inline"):
+if ONLOOKER_APPLIER not in ("process", "background", "external", "inline", "shared"):
     raise ImproperlyConfigured(
         "ONLOOKER_APPLIER must be process, background, external or inline,"
         f" not {ONLOOKER_APPLIER!r}"
     )
+ONLOOKER_APPLIER_WAKE_FD = None
+if ONLOOKER_APPLIER == "shared":
+    try:
+        ONLOOKER_APPLIER_WAKE_FD = int(os.environ.get("ONLOOKER_APPLIER_WAKE_FD", ""))
+    except ValueError:
+        raise ImproperlyConfigured(
+            "ONLOOKER_APPLIER=shared is set by `manage.py serve` with ONLOOKER_APPLIER_WAKE_FD, "
+            "the descriptor its applier is woken through; run `manage.py serve`, or choose "
+            "another ONLOOKER_APPLIER"
+        ) from None
 # On SQLite, where received pushes wait for the applier (tasks/pushes/spool.py): the spool, a
 # file of their own, by default beside the database ("<database>-spool"), so keeping one never
 # waits for the database's write lock; "off" keeps them in the database itself. Not used on

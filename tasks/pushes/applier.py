@@ -1,8 +1,9 @@
 """The applier: applies the pushes the receiver kept (pending deliveries), in batches.
 
 One per server process: a process beside it (`ONLOOKER_APPLIER=process`, the default,
-process.py) or a thread in it (`background`), woken by every push it receives so a
-lone push is applied at once, and polling for what other processes received, for retries and
+process.py) or a thread in it (`background`); or one for all of `manage.py serve`'s
+processes (`shared`). It is woken by every push its servers receive so a lone push is
+applied at once, and polling for what other processes received, for retries and
 for what a crash left pending. `python manage.py apply_deliveries` runs the same loop
 standalone (web processes then run with `ONLOOKER_APPLIER=external`). Tests run it `inline`:
 on the request, after the delivery is committed, so a test's push is applied when its
@@ -403,6 +404,8 @@ def wake(delivery_id: int | None = None) -> None:
     if mode == "process":
         process.supervisor.start()  # already running, unless not the ASGI app
         process.supervisor.wake()
+    elif mode == "shared":
+        process.nudge(settings.ONLOOKER_APPLIER_WAKE_FD)
     elif mode == "background":
         background.start()  # already running, unless this process is not the ASGI app
         background.wake()

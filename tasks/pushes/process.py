@@ -18,6 +18,10 @@ message under the live benchmark. A child that dies is started again after a pau
 applies what was pending when it starts. When the server exits, however it exits (SIGKILL
 included), the child's stdin closes: it finishes the batch in hand and exits, so no applier
 outlives its server.
+
+Under `manage.py serve` with Redis the server processes share one such child (`shared`,
+started by the command, not by a server): they write their wakes to the one pipe that is its
+stdin (`nudge`), and it sends the notifications it queues itself.
 """
 
 from __future__ import annotations
@@ -67,10 +71,8 @@ class Supervisor:
         process = self._process
         if process is None or process.stdin is None:
             return  # starting: it applies what is pending when it starts
-        # Full: it has wakes enough to read. Gone: it is started again, and applies what is
-        # pending then.
-        with contextlib.suppress(ValueError, OSError):
-            os.write(process.stdin.fileno(), b".")
+        with contextlib.suppress(ValueError):  # closed: it is being started again
+            nudge(process.stdin.fileno())
 
     def _spawn(self) -> subprocess.Popen:
         manage = Path(settings.BASE_DIR) / "manage.py"
@@ -127,6 +129,14 @@ class Supervisor:
 supervisor = Supervisor()
 
 
+def nudge(descriptor: int) -> None:
+    """Wake the applier reading the other end of the pipe `descriptor` (non-blocking), never
+    waiting for it. Full: it has wakes enough to read. Gone: it is started again, and
+    applies what is pending then."""
+    with contextlib.suppress(OSError):
+        os.write(descriptor, b".")
+
+
 # -- the child ------------------------------------------------------------------------------
 
 
@@ -147,13 +157,14 @@ class _Voice:
                 pass  # the server is gone: the stdin listener stops this process
 
 
-def send_hints(voice: _Voice) -> asyncio.AbstractEventLoop | None:
+def send_hints(voice: _Voice | None) -> asyncio.AbstractEventLoop | None:
     """How the child's hints and notices leave it: on Redis through the channel layer, from
     an event loop in a thread of its own (returned), which the server's listeners hear as
     they hear their own server's; on the in-memory layer as lines to the server (None)."""
     from tasks.live import broadcast
 
     if not settings.REDIS_URL:
+        assert voice is not None, "a shared applier needs Redis: `manage.py serve` checks"
         broadcast.relay_to(lambda kind, *args: voice.say(kind, *args))
         return None
     sending = asyncio.new_event_loop()
@@ -162,16 +173,24 @@ def send_hints(voice: _Voice) -> asyncio.AbstractEventLoop | None:
     return sending
 
 
-def run_child(loop: Loop) -> None:
+def run_child(loop: Loop, *, shared: bool = False) -> None:
     """`manage.py apply_deliveries --child`: the applier's `loop`, woken by bytes on stdin
     and stopped by its end (or SIGTERM), speaking to its server on stdout. Given the loop
     rather than making it: the applier starts and wakes this module's supervisor, and a
-    module that imported the applier back would make a circle."""
+    module that imported the applier back would make a circle.
+
+    `shared` (`--shared`): the one applier of `manage.py serve`'s server processes, its stdin
+    a pipe they all write their wakes to. It has no one server to speak to: its hints go
+    through Redis, and the notifications it queues are sent by a sender of its own."""
     from tasks.notify import sender
 
-    voice = _Voice(sys.stdout.buffer)
-    send_hints(voice)
-    sender.relay_wakes_to(lambda: voice.say("send", True))
+    if shared:
+        send_hints(None)
+        sender.start()
+    else:
+        voice = _Voice(sys.stdout.buffer)
+        send_hints(voice)
+        sender.relay_wakes_to(lambda: voice.say("send", True))
 
     def listen() -> None:
         stdin = sys.stdin.fileno()

@@ -329,10 +329,10 @@ class Server(contextlib.AbstractContextManager):
 
     def daphne_cpu_seconds(self) -> float | None:
         """CPU of the daphne processes alone, not of their appliers: the one process, or
-        under `serve` each of its children (the daphnes it runs)."""
+        under `serve` each of its children that is a daphne (not the applier it runs)."""
         if self.processes is None:
             return process_tree_cpu(self.process.pid, descendants=False)
-        pids = _children(self.process.pid)
+        pids = [pid for pid in _children(self.process.pid) if _runs(pid, b"daphne")]
         seconds = [process_tree_cpu(pid, descendants=False) for pid in pids]
         return sum(s for s in seconds if s is not None) if pids else None
 
@@ -341,6 +341,13 @@ class Server(contextlib.AbstractContextManager):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def _runs(pid: int, program: bytes) -> bool:
+    try:
+        return program in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def _children(pid: int) -> list[int]:

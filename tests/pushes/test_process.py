@@ -19,8 +19,11 @@ import pytest
 from django.test import override_settings
 
 from tasks.live import broadcast, fanout
+from tasks.models import Delivery
 from tasks.pushes import process
 from tests import listening
+from tests.builders import status
+from tests.conftest import push
 from tests.pushes import test_durability as durability
 from tests.pushes.test_durability import CREATE_ENDPOINT, applied_store, make_push, send
 
@@ -179,3 +182,36 @@ def test_on_redis_the_applier_process_sends_its_hints_through_the_layer_itself(s
         sending.call_soon_threadsafe(sending.stop)
     assert json.loads(fanout.text_for(received))["revision"] == 5
     assert out.getvalue() == b"", "the hint was relayed to the server"
+
+
+def test_under_manage_py_serve_a_kept_push_wakes_the_shared_applier_through_its_pipe(
+    client, settings, token_agent
+):
+    """`manage.py serve`'s servers share one applier: a push they keep is a byte on the pipe
+    it reads, and nothing is applied in the server itself."""
+    wakes, wake_end = os.pipe()
+    os.set_blocking(wakes, False)
+    settings.ONLOOKER_APPLIER = "shared"
+    settings.ONLOOKER_APPLIER_WAKE_FD = wake_end
+    try:
+        answer = push(client, token_agent, status("WORKING", at=1))
+        woken = os.read(wakes, 64)
+    finally:
+        os.close(wakes)
+        os.close(wake_end)
+    assert answer.status_code == 200 and answer.json()["outcome"] == "accepted", answer.content
+    assert woken == b"."
+    assert Delivery.objects.get().outcome == Delivery.Outcome.PENDING
+
+
+def test_a_wake_for_an_applier_that_reads_none_never_blocks_the_server():
+    wakes, wake_end = os.pipe()
+    os.set_blocking(wake_end, False)
+    try:
+        for _ in range(70_000):  # more than a pipe holds (64 KiB)
+            process.nudge(wake_end)
+        assert len(os.read(wakes, 1 << 20)) == 65_536
+        os.close(wakes)
+        process.nudge(wake_end)  # its reader gone (EPIPE): raised nothing
+    finally:
+        os.close(wake_end)

@@ -1,6 +1,8 @@
 """`manage.py serve`: several Daphne processes on one port, each with a listening socket of
 its own (SO_REUSEPORT) that the command keeps, so the kernel spreads connections over them
-and a process that dies is started again on the same socket with nothing refused."""
+and a process that dies is started again on the same socket with nothing refused. With
+Redis they share one applier process, which applies what any of them receives, is started
+again if it dies, and stops with them."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from tests.live_server import LiveServer
+from tasks.models import Task, TaskState
+from tests.builders import status
+from tests.conftest import make_agent
+from tests.live_server import LiveServer, push_http
 
 CONNECTIONS = 24  # all on one process of two: a chance of one in 2**23
 DEADLINE = 20.0  # seconds; a process starts in 1-3 s, slower on a loaded machine
@@ -26,9 +31,32 @@ def redis_layer() -> None:
         pytest.skip("several processes need REDIS_URL (e.g. REDIS_URL=redis://127.0.0.1:6379/0)")
 
 
+def children(parent: int, *, running: bytes) -> set[int]:
+    """The children of `parent` whose command line holds `running`."""
+    found = set()
+    for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if running in command.split(b"\0"):
+            found.add(int(pid))
+    return found
+
+
 def servers(parent: int) -> set[int]:
-    """The command's children: its server processes (their appliers are theirs)."""
-    return {int(pid) for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()}
+    """The command's server processes."""
+    return children(parent, running=b"daphne")
+
+
+def appliers(parent: int) -> set[int]:
+    """The command's applier processes."""
+    return children(parent, running=b"apply_deliveries")
+
+
+def exited(pid: int) -> bool:
+    path = Path(f"/proc/{pid}/status")
+    return not path.exists() or "zombie" in path.read_text()
 
 
 def connections_held(pid: int, port: int) -> int:
@@ -114,15 +142,44 @@ def test_a_process_that_dies_is_started_again_and_no_connection_is_refused():
 def test_sigterm_stops_every_process():
     with LiveServer(processes=2) as server:  # its end kills what SIGTERM did not stop
         pids = started(server, 2)
+        pids |= wait_for(lambda: appliers(server.process.pid), "the applier process")
         server.process.send_signal(signal.SIGTERM)
         code = server.process.wait(timeout=DEADLINE)
         log = server.log()
     assert code == 0, log
     for pid in pids:
-        assert (
-            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
-        )
+        assert exited(pid), pid
     assert "Onlooker has stopped." in log
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("redis_layer")
+def test_the_processes_share_one_applier_which_applies_what_each_receives_and_restarts():
+    registered = make_agent(name="shared")
+    with LiveServer(processes=2) as server:
+        pids = started(server, 2)
+        (first,) = wait_for(lambda: appliers(server.process.pid), "the applier process")
+        # None has an applier of its own: one for the machine keeps batches thick.
+        assert all(not children(pid, running=b"apply_deliveries") for pid in pids)
+        # Each push on a connection of its own, so the kernel spreads them over both.
+        for n in range(CONNECTIONS):
+            body = status("WORKING", task=f"task-{n}", context=f"ctx-{n}", at=1)
+            answer = push_http(server, registered, body, timeout=DEADLINE)  # waits till applied
+            assert answer.status_code == 200, answer.text
+
+        os.kill(first, signal.SIGKILL)
+        (second,) = wait_for(
+            lambda: appliers(server.process.pid) - {first}, "the applier started again"
+        )
+        body = status("COMPLETED", task="task-0", context="ctx-0", at=2)
+        assert push_http(server, registered, body, timeout=DEADLINE).status_code == 200
+        log = server.log()
+    tasks = Task.objects.filter(agent=registered.agent)
+    assert tasks.count() == CONNECTIONS
+    assert tasks.get(task_id="task-0").state == TaskState.COMPLETED
+    assert second != first and "the applier process (pid" in log, log
+    assert exited(second)  # gone with the servers
 
 
 def test_several_processes_without_redis_are_refused_before_anything_starts(settings):

@@ -6,6 +6,7 @@ claimed with SKIP LOCKED."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.pushes import applier, process
@@ -26,17 +27,25 @@ class Command(BaseCommand):
             "stdin, answering on stdout; not for people",
         )
         parser.add_argument(
+            "--shared",
+            action="store_true",
+            help="run as the one applier of `manage.py serve`'s server processes: woken on "
+            "stdin, hints through Redis; not for people",
+        )
+        parser.add_argument(
             "--poll",
             type=float,
             default=0.2,
             help="seconds between looks for new deliveries (default 0.2)",
         )
 
-    def handle(self, *args, once: bool, poll: float, child: bool, **options) -> None:
+    def handle(self, *args, once: bool, poll: float, child: bool, shared: bool, **options) -> None:
         if poll <= 0:
             raise CommandError("--poll must be more than 0 seconds")
-        if child:
-            process.run_child(applier.Background())
+        if shared and not settings.REDIS_URL:
+            raise CommandError("--shared needs REDIS_URL: its hints reach the servers through it")
+        if child or shared:
+            process.run_child(applier.Background(), shared=shared)
             return
         if once:
             applied = applier.drain()

@@ -10,6 +10,14 @@ that come while it is started again wait in its queue, none is refused.
 
 Several processes hear each other's pushes only through Redis: more than one needs
 REDIS_URL (and, for a team, PostgreSQL: docs/running.md).
+
+With Redis, the server processes share one applier process (`ONLOOKER_APPLIER=shared`),
+which this command starts and starts again like them. An applier per server took batches
+half as thick, each costing a round of claims and statements, and two appliers' CPU came
+out of the servers' cores: at 200 pushes/s on two cores the pushes fell behind (179–197 a
+second) and push → page p99 was 291–348 ms, against 216–263 ms with every push kept up
+(docs/performance.md). The servers wake it through one pipe, whose read end this command
+keeps too, so a wake written while the applier is being started again waits in the pipe.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -38,10 +47,15 @@ QUICK_DEATH_SECONDS, RESTART_PAUSE_MOST = 10.0, 30.0
 
 @dataclass
 class _Slot:
-    """One server process and the socket it serves on (kept across its restarts)."""
+    """One child process (a server, or the shared applier) and what it is started with,
+    kept across its restarts: for a server, the socket it serves on."""
 
-    number: int
-    listening: socket.socket
+    name: str
+    command: list[str]
+    pass_fds: tuple[int, ...] = ()
+    env: dict[str, str] | None = None
+    stdin: int | None = None
+    listening: socket.socket | None = None
     process: subprocess.Popen | None = None
     started: float = 0.0
     pause: float = 0.0
@@ -71,23 +85,34 @@ class Command(BaseCommand):
                 "would hear only the pushes its own process received. Set REDIS_URL, or run "
                 "one process (--processes 1)."
             )
-        slots = [_Slot(n, _listening_socket(host, port)) for n in range(count)]
+        servers = [_server(n, _listening_socket(host, port)) for n in range(count)]
+        appliers, pipe = [], ()
+        if settings.ONLOOKER_APPLIER == "process" and settings.REDIS_URL:
+            pipe = os.pipe()
+            appliers = [_shared_applier(*pipe)]
+            for server in servers:
+                _wakes_through(server, pipe[1])
         stopping: list[int] = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda signum, _frame: stopping.append(signum))
-        self.stdout.write(f"Onlooker: {count} server process(es) on http://{host}:{port}/")
+        shared = ", one applier process" if appliers else ""
+        self.stdout.write(f"Onlooker: {count} server process(es){shared} on http://{host}:{port}/")
         try:
-            for slot in slots:
+            for slot in [*appliers, *servers]:
                 _start(slot)
             while not stopping:
                 time.sleep(POLL_SECONDS)
-                for slot in slots:
+                for slot in [*appliers, *servers]:
                     if not stopping:  # Ctrl-C reaches the processes too: not a death
                         _watch(slot)
         finally:
-            _stop_all(slots)
-            for slot in slots:
-                slot.listening.close()
+            # The servers first: what they kept until their end, the applier may yet apply.
+            _stop_all(servers)
+            _stop_all(appliers)
+            for server in servers:
+                server.listening.close()
+            for descriptor in pipe:
+                os.close(descriptor)
         self.stdout.write("Onlooker has stopped.")
 
 
@@ -111,14 +136,49 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return listening
 
 
-def _start(slot: _Slot) -> None:
-    descriptor = slot.listening.fileno()
-    slot.process = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
-        [sys.executable, "-m", "daphne", "--fd", str(descriptor), APPLICATION],
+def _server(number: int, listening: socket.socket) -> _Slot:
+    descriptor = listening.fileno()
+    return _Slot(
+        name=f"server process {number}",
+        command=[sys.executable, "-m", "daphne", "--fd", str(descriptor), APPLICATION],
         pass_fds=(descriptor,),
+        listening=listening,
+    )
+
+
+def _shared_applier(wakes: int, wake_end: int) -> _Slot:
+    """The servers' one applier, reading their wakes on its stdin."""
+    os.set_blocking(wake_end, False)  # a server never waits for the applier to read
+    return _Slot(
+        name="the applier process",
+        command=[
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "apply_deliveries",
+            "--shared",
+        ],
+        # The pipe's read end is its stdin; the write end stays with the servers (and this
+        # command), so the applier sees its stdin end when they are all gone.
+        env={**os.environ, "ONLOOKER_APPLIER": "external"},
+        stdin=wakes,
+    )
+
+
+def _wakes_through(server: _Slot, wake_end: int) -> None:
+    server.pass_fds = (*server.pass_fds, wake_end)
+    server.env = {
+        **os.environ,
+        "ONLOOKER_APPLIER": "shared",
+        "ONLOOKER_APPLIER_WAKE_FD": str(wake_end),
+    }
+
+
+def _start(slot: _Slot) -> None:
+    slot.process = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
+        slot.command, pass_fds=slot.pass_fds, env=slot.env, stdin=slot.stdin
     )
     slot.started = time.monotonic()
-    log.info("server process %d started (pid %d)", slot.number, slot.process.pid)
+    log.info("%s started (pid %d)", slot.name, slot.process.pid)
 
 
 def _watch(slot: _Slot) -> None:
@@ -132,8 +192,8 @@ def _watch(slot: _Slot) -> None:
         slot.pause = min(max(slot.pause * 2, 1.0), RESTART_PAUSE_MOST) if died_young else 0.0
         slot.restart_at = now + slot.pause
         log.warning(
-            "server process %d (pid %d) exited with %s; starting it again in %.0f s",
-            slot.number,
+            "%s (pid %d) exited with %s; starting it again in %.0f s",
+            slot.name,
             slot.process.pid,
             code,
             slot.pause,
