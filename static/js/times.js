@@ -108,17 +108,25 @@ function rangeStart(element) {
   return start?.matches("time[datetime]") ? momentOf(start) : null;
 }
 
+// A time that does not tick changes only with its moment, its range's start or the day: what
+// each was last written for, so a page of 500 transcript times is not written again each
+// time it is ticked (formatting them took a live page's browser a tenth of a core).
+const written = new WeakMap();
+
 function localize(element, now) {
   const moment = momentOf(element);
   if (moment === null) return;
   const ticking = TICKING.find(([selector]) => element.matches(selector));
-  const seconds = element.hasAttribute("data-seconds");
   const start = rangeStart(element);
+  const writtenFor = ticking ? null : `${moment} ${start} ${localDay(new Date(now))}`;
+  if (writtenFor !== null && written.get(element) === writtenFor) return;
+  const seconds = element.hasAttribute("data-seconds");
   let text;
   if (ticking) text = ticking[1](moment, now);
   else if (start !== null) text = shortTime(moment, { seconds, now: start });
   else text = shortTime(moment, { seconds, now });
   show(element, text, fullTime(moment));
+  if (writtenFor !== null) written.set(element, writtenFor);
 }
 
 const LOCAL = "time[datetime]:not([data-keeps-text])";
@@ -137,6 +145,17 @@ export function tickTimes(root = document) {
   for (const element of timesIn(root)) localize(element, now);
 }
 
+// Only the ticking times ("3 min ago", "waiting 14 min"): what a session's change can move.
+function tickAgo() {
+  const now = Date.now();
+  for (const [selector, words] of TICKING) {
+    for (const element of document.querySelectorAll(`${selector}[datetime]:not([data-keeps-text])`)) {
+      const moment = momentOf(element);
+      if (moment !== null) show(element, words(moment, now), fullTime(moment));
+    }
+  }
+}
+
 const observer = new MutationObserver((records) => {
   const now = Date.now();
   for (const record of records) {
@@ -147,7 +166,9 @@ const observer = new MutationObserver((records) => {
 });
 observer.observe(document.documentElement, { childList: true, subtree: true });
 
-for (const name of ["onlooker:changed", "onlooker:refetched"]) {
-  document.addEventListener(name, () => tickTimes());
-}
+// A live message comes for every change of every session the page lists, tens a second on a
+// busy team: its fragments are localized as they are swapped in (above), and the times already
+// shown tick. Every time is looked at again on a refetch, and every few seconds (live.js).
+document.addEventListener("onlooker:changed", tickAgo);
+document.addEventListener("onlooker:refetched", () => tickTimes());
 tickTimes();

@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 from tasks.models import Session
 from tasks.wire import profile
 from tests.browser.conftest import CONTEXT, caught_up
-from tests.builders import message, progress, status
+from tests.builders import EPOCH, message, progress, status
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http, session_cookie
 
@@ -124,3 +124,28 @@ def test_every_page_shows_times_in_the_viewers_locale(
     assert any(re.fullmatch(clock, text) for text in seen["wall"]), f"wall: {seen['wall']}"
     # The transcript's moment is the timeline's: the same words for the same minute.
     assert any(ANY_TIME.search(text) for text in seen["session page"])
+
+
+def test_a_time_shown_alone_today_gets_its_date_when_the_day_turns(
+    browser, server, alice, ops, request
+):
+    """Times that do not tick are written once each day (static/js/times.js), not on every
+    live message: the next day's tick still gives the transcript's times their date."""
+    session = a_busy_session(server, ops)
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 800}, locale="en-GB", timezone_id="UTC"
+    )
+    request.addfinalizer(context.close)
+    request.node.stash[CONTEXT] = context
+    context.add_cookies([session_cookie(alice, server.url)])
+    page = context.new_page()
+    page.clock.install(time=EPOCH.replace(hour=23, minute=59, second=50))
+    page.goto(f"{server.url}/sessions/{session}/")
+    expect(page.locator("[data-live-status]")).to_have_text("live")
+    caught_up(page)
+    said = page.locator("li.message-receipt time").first  # the card's first change, today
+    expect(said).to_have_text("12:00:01")
+
+    page.clock.run_for(15_000)  # past midnight, and the page's tick every 5 s
+
+    expect(said).to_have_text(re.compile(r"^30 Nov, 12:00$"))
