@@ -96,3 +96,37 @@ def stop(process: subprocess.Popen, *, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def children(pid: int, *, running: bytes | None = None) -> set[int]:
+    """The children of process `pid` (started by any of its threads), from /proc; with
+    `running`, only those with that word in their command line (b"daphne")."""
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return set()  # gone
+    found: set[int] = set()
+    for thread in threads:
+        try:
+            found.update(int(child) for child in (thread / "children").read_text().split())
+        except OSError:
+            continue  # the thread ended meanwhile
+    if running is None:
+        return found
+    return {child for child in found if running in _command_line(child)}
+
+
+def _command_line(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []  # gone meanwhile
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running: a zombie has exited, its parent has not waited yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

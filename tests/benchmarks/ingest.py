@@ -62,7 +62,7 @@ from standardwebhooks import Webhook
 
 from tests.benchmarks import bare_push, workspace
 from tests.benchmarks.workspace import SETTINGS_VARIABLES
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT, children, free_port
 
 DESCRIPTION = "signed pushes/s through the real view vs a bare ASGI endpoint (target ≥ 50%)"
 
@@ -332,7 +332,7 @@ class Server(contextlib.AbstractContextManager):
         under `serve` each of its children that is a daphne (not the applier it runs)."""
         if self.processes is None:
             return process_tree_cpu(self.process.pid, descendants=False)
-        pids = [pid for pid in _children(self.process.pid) if _runs(pid, b"daphne")]
+        pids = children(self.process.pid, running=b"daphne")
         seconds = [process_tree_cpu(pid, descendants=False) for pid in pids]
         return sum(s for s in seconds if s is not None) if pids else None
 
@@ -341,25 +341,6 @@ class Server(contextlib.AbstractContextManager):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
-
-
-def _runs(pid: int, program: bytes) -> bool:
-    try:
-        return program in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return []
-    children: list[int] = []
-    for task in tasks:
-        with contextlib.suppress(OSError):
-            children += [int(child) for child in (task / "children").read_text().split()]
-    return children
 
 
 def process_tree_cpu(pid: int, *, descendants: bool = True) -> float | None:

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +23,7 @@ from tasks.pushes import process
 from tests import listening
 from tests.builders import status
 from tests.conftest import push
+from tests.processes import alive, children
 from tests.pushes import test_durability as durability
 from tests.pushes.test_durability import CREATE_ENDPOINT, applied_store, make_push, send
 
@@ -34,32 +34,9 @@ child = durability.child
 DEADLINE = 15.0
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def appliers_of(pid: int) -> list[int]:
+def appliers_of(pid: int) -> set[int]:
     """The server's children that are its applier process."""
-    found = []
-    for child_pid in children(pid):
-        try:
-            command = Path(f"/proc/{child_pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"apply_deliveries" in command and b"--child" in command:
-            found.append(child_pid)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent has not waited for it yet
+    return children(pid, running=b"--child")
 
 
 def wait_for(check, what: str, timeout: float = DEADLINE):

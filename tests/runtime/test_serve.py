@@ -20,6 +20,7 @@ from tasks.models import Task, TaskState
 from tests.builders import status
 from tests.conftest import make_agent
 from tests.live_server import LiveServer, push_http
+from tests.processes import alive, children
 
 CONNECTIONS = 24  # all on one process of two: a chance of one in 2**23
 DEADLINE = 20.0  # seconds; a process starts in 1-3 s, slower on a loaded machine
@@ -31,19 +32,6 @@ def redis_layer() -> None:
         pytest.skip("several processes need REDIS_URL (e.g. REDIS_URL=redis://127.0.0.1:6379/0)")
 
 
-def children(parent: int, *, running: bytes) -> set[int]:
-    """The children of `parent` whose command line holds `running`."""
-    found = set()
-    for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue  # gone meanwhile
-        if running in command.split(b"\0"):
-            found.add(int(pid))
-    return found
-
-
 def servers(parent: int) -> set[int]:
     """The command's server processes."""
     return children(parent, running=b"daphne")
@@ -52,11 +40,6 @@ def servers(parent: int) -> set[int]:
 def appliers(parent: int) -> set[int]:
     """The command's applier processes."""
     return children(parent, running=b"apply_deliveries")
-
-
-def exited(pid: int) -> bool:
-    path = Path(f"/proc/{pid}/status")
-    return not path.exists() or "zombie" in path.read_text()
 
 
 def connections_held(pid: int, port: int) -> int:
@@ -148,7 +131,7 @@ def test_sigterm_stops_every_process():
         log = server.log()
     assert code == 0, log
     for pid in pids:
-        assert exited(pid), pid
+        assert not alive(pid), pid
     assert "Onlooker has stopped." in log
 
 
@@ -179,7 +162,7 @@ def test_the_processes_share_one_applier_which_applies_what_each_receives_and_re
     assert tasks.count() == CONNECTIONS
     assert tasks.get(task_id="task-0").state == TaskState.COMPLETED
     assert second != first and "the applier process (pid" in log, log
-    assert exited(second)  # gone with the servers
+    assert not alive(second)  # gone with the servers
 
 
 def test_several_processes_without_redis_are_refused_before_anything_starts(settings):
